@@ -1,0 +1,209 @@
+//! The GEMM ladder: `C = act(alpha·op(A)·op(B) + beta·C + bias)`, fp16 in and out.
+//!
+//! Every version has the same kernel signature (see [`Args`]) and one kernel per operand layout
+//! ([`Layout`]), named `gemm_<version>_<layout>` (SIMT versions) or
+//! `gemm_<config>_<layout>_<acc>` (tensor-core versions, one per entry of [`TILE_CONFIGS`]).
+//!
+//! Storage is row-major throughout: `op(A)` is M×K, stored `[M][lda]` or, transposed, `[K][lda]`;
+//! `op(B)` is K×N, stored `[K][ldb]` or, transposed, `[N][ldb]`; `C` is `[M][ldc]`; `bias` has N
+//! entries (one per output column, as `nn.Linear` has), or is null.
+
+#[cfg(target_arch = "nvptx64")]
+mod simt;
+#[cfg(target_arch = "nvptx64")]
+mod tensor;
+
+/// Operand layouts an MLP needs: `Y = X·Wᵀ` (NT), `dX = dY·W` (NN), `dW = dYᵀ·X` (TN).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Layout {
+    NN,
+    NT,
+    TN,
+}
+
+impl Layout {
+    pub const ALL: [Layout; 3] = [Layout::NN, Layout::NT, Layout::TN];
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Layout::NN => "nn",
+            Layout::NT => "nt",
+            Layout::TN => "tn",
+        }
+    }
+    /// Whether A is stored transposed (`[K][M]`).
+    pub const fn trans_a(self) -> bool {
+        matches!(self, Layout::TN)
+    }
+    /// Whether B is stored transposed (`[N][K]`).
+    pub const fn trans_b(self) -> bool {
+        matches!(self, Layout::NT)
+    }
+}
+
+/// Accumulator precision of the tensor-core kernels.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Accum {
+    F16,
+    F32,
+}
+
+impl Accum {
+    pub const fn suffix(self) -> &'static str {
+        match self {
+            Accum::F16 => "f16",
+            Accum::F32 => "f32",
+        }
+    }
+}
+
+/// The SIMT rungs of the ladder (fp32 accumulation on CUDA cores).
+pub const SIMT_VERSIONS: [&str; 3] = ["naive", "smem", "regblock"];
+
+/// Edge of the square tile of the shared-memory version (threads per block: its square).
+pub const SMEM_TILE: usize = 16;
+/// Register-blocked version: block tile, k step and per-thread micro-tile.
+pub const RB_TILE: usize = 64;
+pub const RB_K: usize = 16;
+pub const RB_MICRO: usize = 4;
+/// Threads of the register-blocked version: one per micro-tile.
+pub const RB_THREADS: usize = (RB_TILE / RB_MICRO) * (RB_TILE / RB_MICRO);
+
+/// One tensor-core kernel configuration, named as CUTLASS names the GEMM hierarchy.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct TileConfig {
+    pub name: &'static str,
+    /// Threadblock tile (M, N, K): the C tile one block computes and the K slice it stages.
+    pub block: (usize, usize, usize),
+    /// Warp tile (M, N): the part of the block tile one warp computes; K is the block's.
+    pub warp: (usize, usize),
+    /// Instruction shape (M, N, K) of one `mma.sync`: 16×8×8 (sm_75) or 16×8×16 (sm_80+).
+    pub instruction: (usize, usize, usize),
+    /// Shared-memory stages. 2 with register staging on sm_75, ≥ 2 with `cp.async` on sm_80+.
+    pub stages: usize,
+    /// Lowest compute capability (×10) the kernel runs on.
+    pub min_sm: u32,
+}
+
+impl TileConfig {
+    pub const fn warps(&self) -> usize {
+        (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
+    }
+    pub const fn threads(&self) -> usize {
+        32 * self.warps()
+    }
+    /// Dynamic shared memory the kernel needs, in bytes.
+    pub const fn smem_bytes(&self) -> usize {
+        self.stages * (self.block.0 + self.block.1) * self.block.2 * 2
+    }
+    /// Uses `cp.async` (sm_80+) rather than register staging.
+    pub const fn is_async(&self) -> bool {
+        self.min_sm >= 80
+    }
+}
+
+/// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp tile M N,
+/// instruction K (8 or 16), stages, minimum sm. All rows are compiled into every PTX whose
+/// architecture is at least the row's `min_sm`; the host picks among them per shape.
+#[macro_export]
+macro_rules! tile_configs {
+    ($then:ident) => {
+        $then! {
+            // Turing (sm_75): m16n8k8, register-staged double buffer.
+            (tc75_128x128x32_64x64, 128, 128, 32, 64, 64, 8, 2, 75),
+            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 8, 2, 75),
+            // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
+            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 3, 80),
+            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 4, 80),
+            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 4, 80),
+        }
+    };
+}
+
+macro_rules! config_table {
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $sm:expr),)*) => {
+        /// Every tensor-core configuration, from [`tile_configs!`].
+        pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
+            name: stringify!($name),
+            block: ($bm, $bn, $bk),
+            warp: ($wm, $wn),
+            instruction: (16, 8, $ik),
+            stages: $st,
+            min_sm: $sm,
+        }),*];
+    };
+}
+tile_configs!(config_table);
+
+/// Kernel name of a SIMT version for a layout.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn simt_kernel(version: &str, layout: Layout) -> String {
+    format!("gemm_{version}_{}", layout.suffix())
+}
+
+/// Kernel name of a tensor-core configuration for a layout and accumulator.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn tensor_kernel(config: &TileConfig, layout: Layout, acc: Accum) -> String {
+    format!("gemm_{}_{}_{}", config.name, layout.suffix(), acc.suffix())
+}
+
+/// Arguments every GEMM kernel takes, in this order (fp16 pointers as raw `u16` bits).
+#[derive(Clone, Copy)]
+pub struct Args {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub a: *const u16,
+    pub lda: u32,
+    pub b: *const u16,
+    pub ldb: u32,
+    pub c: *mut u16,
+    pub ldc: u32,
+    pub bias: *const u16,
+    pub alpha: f32,
+    pub beta: f32,
+    pub relu: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_config_partitions_evenly() {
+        for c in TILE_CONFIGS {
+            let (bm, bn, bk) = c.block;
+            let (wm, wn) = c.warp;
+            assert_eq!(bm % wm, 0, "{}", c.name);
+            assert_eq!(bn % wn, 0, "{}", c.name);
+            assert_eq!(wm % 16, 0, "{}: warp M is whole m16 fragments", c.name);
+            assert_eq!(wn % 16, 0, "{}: warp N is whole pairs of n8 fragments", c.name);
+            assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
+            assert!(matches!(c.instruction.2, 8 | 16), "{}", c.name);
+            assert!(c.stages >= 2, "{}", c.name);
+            assert!(c.is_async() || c.stages == 2, "{}: register staging is double-buffered", c.name);
+            assert!(c.instruction.2 == 8 || c.min_sm >= 80, "{}: m16n8k16 needs sm_80", c.name);
+            // Each thread copies whole 16-byte chunks of both tiles, in both storage orientations.
+            let chunks_a = bm * bk / 8;
+            let chunks_b = bn * bk / 8;
+            assert_eq!(chunks_a % c.threads(), 0, "{}", c.name);
+            assert_eq!(chunks_b % c.threads(), 0, "{}", c.name);
+            assert!(c.threads() <= 1024, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        for (i, a) in TILE_CONFIGS.iter().enumerate() {
+            for b in &TILE_CONFIGS[i + 1..] {
+                assert_ne!(a.name, b.name);
+            }
+        }
+    }
+
+    #[test]
+    fn smem_size_counts_every_stage() {
+        let c = TILE_CONFIGS.iter().find(|c| c.name == "tc80_128x128x32_64x64_s4").unwrap();
+        assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
+        assert_eq!(c.threads(), 128);
+    }
+}

@@ -1,0 +1,401 @@
+//! The tensor-core rungs: warp-tiled `mma.sync`, fed from swizzled shared memory by `ldmatrix`.
+//!
+//! Hierarchy (CUTLASS names): a threadblock computes a BM×BN tile of C, walking K in BK slices
+//! staged in shared memory; its warps each own a WM×WN warp tile, made of (WM/16)×(WN/8)
+//! instruction tiles of 16×8, each accumulated by one `mma.sync` per instruction K (8 or 16).
+//!
+//! Two ways of filling shared memory, chosen by the configuration:
+//! - register staging (sm_75): the next slice is loaded into registers while the tensor cores
+//!   work on the current one, then stored to the other of two buffers;
+//! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
+use super::Args;
+use super::simt::epilogue;
+use crate::device::*;
+use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
+use crate::mma::*;
+
+/// Accumulator fragment of one 16×8 instruction tile: fp16 pairs or fp32.
+pub trait Acc: Copy {
+    const ZERO: Self;
+    fn mma_k8(&mut self, a: [u32; 2], b: u32);
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]);
+    /// Element `e` (see [`crate::layout::mma_c`]) as f32.
+    fn get(&self, e: usize) -> f32;
+}
+
+impl Acc for [u32; 2] {
+    const ZERO: Self = [0; 2];
+    #[inline(always)]
+    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
+        mma_m16n8k8_f16(self, a, b)
+    }
+    #[inline(always)]
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
+        mma_m16n8k16_f16(self, a, b)
+    }
+    #[inline(always)]
+    fn get(&self, e: usize) -> f32 {
+        h2f((self[e / 2] >> (16 * (e % 2))) as u16)
+    }
+}
+
+impl Acc for [f32; 4] {
+    const ZERO: Self = [0.0; 4];
+    #[inline(always)]
+    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
+        mma_m16n8k8_f32(self, a, b)
+    }
+    #[inline(always)]
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
+        mma_m16n8k16_f32(self, a, b)
+    }
+    #[inline(always)]
+    fn get(&self, e: usize) -> f32 {
+        self[e]
+    }
+}
+
+/// One operand's tile in shared memory and the global matrix it is copied from.
+///
+/// The tile keeps the storage orientation of the global matrix, so every copy moves whole
+/// 16-byte chunks: `rows × row_len` elements, row-major, swizzled by 16-byte chunk.
+#[derive(Clone, Copy)]
+struct Tile {
+    /// Global matrix in storage orientation: `rows × cols`, leading dimension `ld`.
+    src: *const u16,
+    ld: u32,
+    rows: u32,
+    cols: u32,
+    /// Whether every full chunk can be copied as one aligned 16-byte access.
+    vector: bool,
+    /// Tile shape in shared memory.
+    tile_rows: usize,
+    row_len: usize,
+}
+
+impl Tile {
+    fn new(src: *const u16, ld: u32, rows: u32, cols: u32, tile_rows: usize, row_len: usize) -> Tile {
+        let vector = ld % CHUNK as u32 == 0 && (src as usize) % 16 == 0;
+        Tile { src, ld, rows, cols, vector, tile_rows, row_len }
+    }
+
+    const fn chunks(&self) -> usize {
+        self.tile_rows * self.row_len / CHUNK
+    }
+
+    /// Global (row, col) and shared byte offset of chunk `id` for a tile at (r0, c0).
+    #[inline(always)]
+    fn chunk(&self, id: usize, r0: u32, c0: u32) -> (u32, u32, u32) {
+        let per_row = self.row_len / CHUNK;
+        let (row, ch) = (id / per_row, id % per_row);
+        let off = swizzled_offset(row, ch * CHUNK, self.row_len) * 2;
+        (r0 + row as u32, c0 + (ch * CHUNK) as u32, off as u32)
+    }
+
+    /// Whether the chunk at (gr, gc) is in bounds and can move as one 16-byte access.
+    #[inline(always)]
+    fn whole(&self, gr: u32, gc: u32) -> bool {
+        self.vector && gr < self.rows && gc + CHUNK as u32 <= self.cols
+    }
+
+    /// The chunk at (gr, gc) element by element, zero outside the matrix.
+    #[inline(always)]
+    fn load_partial(&self, gr: u32, gc: u32) -> [u32; 4] {
+        let mut v = [0u32; 4];
+        if gr < self.rows {
+            for e in 0..CHUNK {
+                let c = gc + e as u32;
+                if c < self.cols {
+                    let h = unsafe { *self.src.add((gr * self.ld + c) as usize) } as u32;
+                    v[e / 2] |= h << (16 * (e % 2));
+                }
+            }
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn load_chunk(&self, gr: u32, gc: u32) -> [u32; 4] {
+        if self.whole(gr, gc) {
+            ld_global_v4(unsafe { self.src.add((gr * self.ld + gc) as usize) } as *const u8)
+        } else {
+            self.load_partial(gr, gc)
+        }
+    }
+
+    /// Issues `cp.async` for this thread's chunks of the tile at (r0, c0) into `dst`.
+    #[inline(always)]
+    fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
+        let mut id = thread_x() as usize;
+        while id < self.chunks() {
+            let (gr, gc, off) = self.chunk(id, r0, c0);
+            if self.whole(gr, gc) {
+                let src = unsafe { self.src.add((gr * self.ld + gc) as usize) } as *const u8;
+                cp_async_16(dst + off, src, 16);
+            } else if gr >= self.rows || gc >= self.cols {
+                cp_async_16(dst + off, self.src as *const u8, 0); // zero fill, reads nothing
+            } else {
+                st_shared_v4(dst + off, self.load_partial(gr, gc));
+            }
+            id += threads;
+        }
+    }
+}
+
+/// This thread's `N` chunks of the tile at (r0, c0), into registers (register staging).
+#[inline(always)]
+fn load_regs<const N: usize>(t: &Tile, r0: u32, c0: u32, threads: usize) -> [[u32; 4]; N] {
+    let mut regs = [[0; 4]; N];
+    for (i, r) in regs.iter_mut().enumerate() {
+        let (gr, gc, _) = t.chunk(thread_x() as usize + i * threads, r0, c0);
+        *r = t.load_chunk(gr, gc);
+    }
+    regs
+}
+
+#[inline(always)]
+fn store_regs<const N: usize>(t: &Tile, dst: u32, threads: usize, regs: &[[u32; 4]; N]) {
+    for (i, r) in regs.iter().enumerate() {
+        let (_, _, off) = t.chunk(thread_x() as usize + i * threads, 0, 0);
+        st_shared_v4(dst + off, *r);
+    }
+}
+
+/// Shared byte offset at which `lane` points `ldmatrix` for the 16×16 block at (mn0, k0) of a
+/// tile stored k-contiguous (`[mn][k]`, row_len = BK) or mn-contiguous (`[k][mn]`).
+#[inline(always)]
+fn frag_offset(op: Operand, k_contiguous: bool, row_len: usize, mn0: usize, k0: usize) -> u32 {
+    let (mn, k) = ldmatrix_lane(lane() as usize, op, k_contiguous);
+    let (row, col) = if k_contiguous { (mn0 + mn, k0 + k) } else { (k0 + k, mn0 + mn) };
+    (swizzled_offset(row, col, row_len) * 2) as u32
+}
+
+#[inline(always)]
+fn ldsm(addr: u32, k_contiguous: bool) -> [u32; 4] {
+    if k_contiguous { ldmatrix_x4(addr) } else { ldmatrix_x4_trans(addr) }
+}
+
+/// The tensor-core GEMM. `MI`×`NI` instruction tiles per warp (warp tile `16·MI × 8·NI`), `IK`
+/// the instruction K, `ASYNC` selects `cp.async` (sm_80+) over register staging, `CA`/`CB` are
+/// the 16-byte chunks of the A/B tile each thread copies per K slice.
+#[inline(always)]
+pub fn gemm<
+    A: Acc,
+    const BM: usize,
+    const BN: usize,
+    const BK: usize,
+    const MI: usize,
+    const NI: usize,
+    const IK: usize,
+    const STAGES: usize,
+    const ASYNC: bool,
+    const CA: usize,
+    const CB: usize,
+    const TA: bool,
+    const TB: bool,
+>(
+    p: Args,
+) {
+    let (wm, wn) = (16 * MI, 8 * NI);
+    let warps_n = BN / wn;
+    let threads = (BM / wm) * warps_n * 32;
+    let (bm0, bn0) = (block_y() * BM as u32, block_x() * BN as u32);
+    let w = warp_id() as usize;
+    let (wm0, wn0) = ((w / warps_n) * wm, (w % warps_n) * wn);
+
+    // Operand tiles in their storage orientation: A is [M][K] (or [K][M] if TA); B is [N][K] if
+    // TB, else [K][N]. "k-contiguous" tiles are read by plain ldmatrix, the others by .trans.
+    let (ka, kb) = (!TA, TB);
+    let ta = if ka {
+        Tile::new(p.a, p.lda, p.m, p.k, BM, BK)
+    } else {
+        Tile::new(p.a, p.lda, p.k, p.m, BK, BM)
+    };
+    let tb = if kb {
+        Tile::new(p.b, p.ldb, p.n, p.k, BN, BK)
+    } else {
+        Tile::new(p.b, p.ldb, p.k, p.n, BK, BN)
+    };
+    // Tile origin (row, col) in storage orientation for the K slice starting at k0.
+    let origin_a = |k0: u32| if ka { (bm0, k0) } else { (k0, bm0) };
+    let origin_b = |k0: u32| if kb { (bn0, k0) } else { (k0, bn0) };
+
+    let smem = shared_addr(dynamic_shared::<u8>());
+    let stage_bytes = ((BM + BN) * BK * 2) as u32;
+    let a_stage = |s: usize| smem + s as u32 * stage_bytes;
+    let b_stage = |s: usize| smem + s as u32 * stage_bytes + (BM * BK * 2) as u32;
+    let (rla, rlb) = (if ka { BK } else { BM }, if kb { BK } else { BN });
+
+    let mut acc = [[A::ZERO; NI]; MI];
+    let ktiles = p.k.div_ceil(BK as u32) as usize;
+
+    let compute = |acc: &mut [[A; NI]; MI], s: usize| {
+        let mut kk = 0;
+        while kk < BK {
+            let mut af = [[0u32; 4]; MI];
+            let mut bf = [[0u32; 4]; NI];
+            for (mi, f) in af.iter_mut().enumerate() {
+                *f = ldsm(a_stage(s) + frag_offset(Operand::A, ka, rla, wm0 + 16 * mi, kk), ka);
+            }
+            for ni in 0..NI / 2 {
+                bf[ni] = ldsm(b_stage(s) + frag_offset(Operand::B, kb, rlb, wn0 + 16 * ni, kk), kb);
+            }
+            for (mi, a) in af.iter().enumerate() {
+                for ni in 0..NI {
+                    // ldmatrix.x4 of B gave [b0, b1] of n-fragment 2·q, then of 2·q + 1.
+                    let b = &bf[ni / 2];
+                    let (b0, b1) = (b[2 * (ni % 2)], b[2 * (ni % 2) + 1]);
+                    if IK == 16 {
+                        acc[mi][ni].mma_k16(*a, [b0, b1]);
+                    } else {
+                        acc[mi][ni].mma_k8([a[0], a[1]], b0);
+                        acc[mi][ni].mma_k8([a[2], a[3]], b1);
+                    }
+                }
+            }
+            kk += 16;
+        }
+    };
+
+    if ASYNC {
+        // Prologue: STAGES-1 slices in flight. Every thread commits one group per slice, empty
+        // or not, so that "wait until STAGES-2 groups remain" always means "slice kt landed".
+        for s in 0..STAGES - 1 {
+            if s < ktiles {
+                let k0 = (s * BK) as u32;
+                let (r, c) = origin_a(k0);
+                ta.copy_async(a_stage(s), r, c, threads);
+                let (r, c) = origin_b(k0);
+                tb.copy_async(b_stage(s), r, c, threads);
+            }
+            cp_async_commit();
+        }
+        for kt in 0..ktiles {
+            match STAGES {
+                2 => cp_async_wait::<0>(),
+                3 => cp_async_wait::<1>(),
+                4 => cp_async_wait::<2>(),
+                _ => cp_async_wait::<3>(),
+            }
+            sync_threads();
+            // The stage refilled here was consumed in iteration kt-1, which every thread has
+            // finished: it passed the barrier above.
+            let next = kt + STAGES - 1;
+            if next < ktiles {
+                let k0 = (next * BK) as u32;
+                let s = next % STAGES;
+                let (r, c) = origin_a(k0);
+                ta.copy_async(a_stage(s), r, c, threads);
+                let (r, c) = origin_b(k0);
+                tb.copy_async(b_stage(s), r, c, threads);
+            }
+            cp_async_commit();
+            compute(&mut acc, kt % STAGES);
+        }
+    } else {
+        let (r, c) = origin_a(0);
+        let mut ra = load_regs::<CA>(&ta, r, c, threads);
+        let (r, c) = origin_b(0);
+        let mut rb = load_regs::<CB>(&tb, r, c, threads);
+        store_regs(&ta, a_stage(0), threads, &ra);
+        store_regs(&tb, b_stage(0), threads, &rb);
+        sync_threads();
+        for kt in 0..ktiles {
+            let more = kt + 1 < ktiles;
+            if more {
+                // Global loads of the next slice are in flight during this slice's mma.
+                let k0 = ((kt + 1) * BK) as u32;
+                let (r, c) = origin_a(k0);
+                ra = load_regs::<CA>(&ta, r, c, threads);
+                let (r, c) = origin_b(k0);
+                rb = load_regs::<CB>(&tb, r, c, threads);
+            }
+            compute(&mut acc, kt % 2);
+            if more {
+                store_regs(&ta, a_stage((kt + 1) % 2), threads, &ra);
+                store_regs(&tb, b_stage((kt + 1) % 2), threads, &rb);
+            }
+            sync_threads();
+        }
+    }
+
+    // Epilogue straight from the accumulators. The fragment loop stays unrolled only if its
+    // body is small, so the per-element work is one out-of-line call per fragment; otherwise
+    // the accumulators would be indexed dynamically and spill to local memory.
+    for (mi, row) in acc.iter().enumerate() {
+        for (ni, frag) in row.iter().enumerate() {
+            let (r, c) = mma_c(lane() as usize, 0);
+            let i = bm0 + (wm0 + 16 * mi + r) as u32;
+            let j = bn0 + (wn0 + 8 * ni + c) as u32;
+            store_fragment(p, i, j, [frag.get(0), frag.get(1), frag.get(2), frag.get(3)]);
+        }
+    }
+}
+
+/// Writes one lane's share of a 16×8 accumulator tile: `v[0..2]` at (i, j..j+2) and `v[2..4]`
+/// at (i+8, j..j+2), through the shared epilogue, skipping what lies outside C.
+#[inline(never)]
+fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
+    let pair = p.ldc % 2 == 0 && (p.c as usize) % 4 == 0;
+    for (half, i) in [i, i + 8].into_iter().enumerate() {
+        if i >= p.m || j >= p.n {
+            continue;
+        }
+        let v0 = epilogue(&p, i, j, v[2 * half]);
+        let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
+        if j + 1 < p.n {
+            let v1 = epilogue(&p, i, j + 1, v[2 * half + 1]);
+            if pair {
+                unsafe { *(dst as *mut u32) = v0 as u32 | (v1 as u32) << 16 };
+            } else {
+                unsafe {
+                    *dst = v0;
+                    *dst.add(1) = v1;
+                }
+            }
+        } else {
+            unsafe { *dst = v0 };
+        }
+    }
+}
+
+/// Exports `gemm_<config>_<layout>_<acc>` for every row of `tile_configs!` this PTX's
+/// architecture supports.
+macro_rules! export_tensor {
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $sm:tt),)*) => {$(
+        export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $sm);
+    )*};
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 75) => {
+        export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, false);
+    };
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 80) => {
+        #[cfg(target_feature = "sm_80")]
+        export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, true);
+    };
+    (@acc $($cfg:tt)*) => {
+        export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
+        export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);
+        export_tensor!(@one "_tn_f16", [u32; 2], true, false, $($cfg)*);
+        export_tensor!(@one "_nn_f32", [f32; 4], false, false, $($cfg)*);
+        export_tensor!(@one "_nt_f32", [f32; 4], false, true, $($cfg)*);
+        export_tensor!(@one "_tn_f32", [f32; 4], true, false, $($cfg)*);
+    };
+    (@one $suffix:literal, $acc:ty, $ta:literal, $tb:literal,
+     $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $async:literal) => {
+        const _: () = {
+            #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
+            #[allow(clippy::too_many_arguments)]
+            unsafe extern "ptx-kernel" fn kernel(
+                m: u32, n: u32, k: u32, a: *const u16, lda: u32, b: *const u16, ldb: u32,
+                c: *mut u16, ldc: u32, bias: *const u16, alpha: f32, beta: f32, relu: u32,
+            ) {
+                const THREADS: usize = 32 * ($bm / $wm) * ($bn / $wn);
+                gemm::<$acc, $bm, $bn, $bk, { $wm / 16 }, { $wn / 8 }, $ik, $st, $async,
+                       { $bm * $bk / 8 / THREADS }, { $bn * $bk / 8 / THREADS }, $ta, $tb>(
+                    Args { m, n, k, a, lda, b, ldb, c, ldc, bias, alpha, beta, relu },
+                );
+            }
+        };
+    };
+}
+crate::tile_configs!(export_tensor);

@@ -1,0 +1,39 @@
+//! Kernels written in plain Rust for `nvptx64-nvidia-cuda`, compiled to PTX by the workspace's
+//! `build.rs` and embedded in the host binary.
+//!
+//! The crate also builds for the host: there it exposes only target-independent arithmetic
+//! (fragment layouts, swizzles, the GEMM configuration table) so that the CPU test suite checks the
+//! same index maps the kernels use, and the host launcher reads the same tile table.
+#![cfg_attr(target_arch = "nvptx64", no_std)]
+#![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(
+        abi_ptx,
+        stdarch_nvptx,
+        asm_experimental_arch,
+        core_intrinsics,
+        gpu_intrinsics,
+        gpu_launch_sized_workgroup_mem
+    )
+)]
+
+pub mod gemm;
+pub mod layout;
+
+#[cfg(target_arch = "nvptx64")]
+pub mod device;
+#[cfg(target_arch = "nvptx64")]
+pub mod mma;
+#[cfg(target_arch = "nvptx64")]
+mod smoke;
+#[cfg(target_arch = "nvptx64")]
+mod elementwise;
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Kernels are written not to panic (indices are checked explicitly); if one does, stop the
+    // whole grid so the host sees a launch failure instead of a wrong answer.
+    unsafe { core::arch::nvptx::trap() }
+}

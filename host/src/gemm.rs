@@ -1,0 +1,375 @@
+//! Host side of the GEMM ladder: validation, configuration choice, launch geometry, the CPU
+//! reference and cuBLAS for comparison.
+use crate::cuda::{Gpu, PushKernelArg};
+use anyhow::{Result, bail, ensure};
+use cudarc::cublas::{CudaBlas, sys as cublas_sys};
+use cudarc::driver::LaunchConfig;
+use cudarc::driver::sys::CUfunction_attribute;
+use gpu::gemm::{
+    Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
+    simt_kernel, tensor_kernel,
+};
+use half::f16;
+
+/// One rung of the ladder.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Version {
+    Simt(&'static str),
+    Tensor(&'static TileConfig, Accum),
+}
+
+impl Version {
+    pub fn label(&self) -> String {
+        match self {
+            Version::Simt(v) => (*v).to_string(),
+            Version::Tensor(c, a) => format!("{}_{}", c.name, a.suffix()),
+        }
+    }
+
+    /// Every version this GPU can run, SIMT first.
+    pub fn all_for(gpu: &Gpu) -> Vec<Version> {
+        let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
+        for c in TILE_CONFIGS.iter().filter(|c| c.min_sm <= gpu.ptx.sm) {
+            v.push(Version::Tensor(c, Accum::F16));
+            v.push(Version::Tensor(c, Accum::F32));
+        }
+        v
+    }
+
+    /// Parses a label as printed by [`Version::label`] (`naive`, `tc80_..._f16`), or a bare
+    /// config name with the accumulator given separately.
+    pub fn parse(s: &str, acc: Accum) -> Result<Version> {
+        if let Some(v) = SIMT_VERSIONS.iter().find(|v| **v == s) {
+            return Ok(Version::Simt(v));
+        }
+        for c in TILE_CONFIGS {
+            for a in [Accum::F16, Accum::F32] {
+                if s == format!("{}_{}", c.name, a.suffix()) {
+                    return Ok(Version::Tensor(c, a));
+                }
+            }
+            if s == c.name {
+                return Ok(Version::Tensor(c, acc));
+            }
+        }
+        let names: Vec<_> = SIMT_VERSIONS.iter().copied().chain(TILE_CONFIGS.iter().map(|c| c.name)).collect();
+        bail!("unknown GEMM version or config {s:?}; known: {}", names.join(", "))
+    }
+}
+
+/// `C = act(alpha·op(A)·op(B) + beta·C + bias)`, all row-major fp16 (see `gpu::gemm`).
+#[derive(Clone, Copy, Debug)]
+pub struct Problem {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub layout: Layout,
+    pub lda: usize,
+    pub ldb: usize,
+    pub ldc: usize,
+    pub alpha: f32,
+    pub beta: f32,
+    pub relu: bool,
+}
+
+impl Problem {
+    /// Tightly packed operands (leading dimension = stored row length).
+    pub fn new(m: usize, n: usize, k: usize, layout: Layout) -> Problem {
+        let lda = if layout.trans_a() { m } else { k };
+        let ldb = if layout.trans_b() { k } else { n };
+        Problem { m, n, k, layout, lda, ldb, ldc: n, alpha: 1.0, beta: 0.0, relu: false }
+    }
+
+    /// Stored (rows, cols) of A and of B.
+    pub fn a_dims(&self) -> (usize, usize) {
+        if self.layout.trans_a() { (self.k, self.m) } else { (self.m, self.k) }
+    }
+    pub fn b_dims(&self) -> (usize, usize) {
+        if self.layout.trans_b() { (self.n, self.k) } else { (self.k, self.n) }
+    }
+    /// Elements a buffer must hold for each operand.
+    pub fn a_len(&self) -> usize {
+        let (r, c) = self.a_dims();
+        (r - 1) * self.lda + c
+    }
+    pub fn b_len(&self) -> usize {
+        let (r, c) = self.b_dims();
+        (r - 1) * self.ldb + c
+    }
+    pub fn c_len(&self) -> usize {
+        (self.m - 1) * self.ldc + self.n
+    }
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    /// Rejects shapes and buffers the kernels cannot take, before anything is launched.
+    pub fn validate(&self, a_len: usize, b_len: usize, c_len: usize, bias_len: Option<usize>) -> Result<()> {
+        ensure!(self.m > 0 && self.n > 0 && self.k > 0, "GEMM dimensions must be positive, got M={} N={} K={}", self.m, self.n, self.k);
+        let limit = u32::MAX as usize / 2;
+        ensure!(self.m.max(self.n).max(self.k) <= limit, "GEMM dimension too large for 32-bit indexing");
+        let (ar, ac) = self.a_dims();
+        let (br, bc) = self.b_dims();
+        ensure!(self.lda >= ac, "lda={} is smaller than A's stored row ({ac})", self.lda);
+        ensure!(self.ldb >= bc, "ldb={} is smaller than B's stored row ({bc})", self.ldb);
+        ensure!(self.ldc >= self.n, "ldc={} is smaller than N={}", self.ldc, self.n);
+        ensure!(a_len >= self.a_len(), "A holds {a_len} elements; a {ar}×{ac} operand with lda={} needs {}", self.lda, self.a_len());
+        ensure!(b_len >= self.b_len(), "B holds {b_len} elements; a {br}×{bc} operand with ldb={} needs {}", self.ldb, self.b_len());
+        ensure!(c_len >= self.c_len(), "C holds {c_len} elements; M×N={}×{} with ldc={} needs {}", self.m, self.n, self.ldc, self.c_len());
+        ensure!(self.m.max(self.n).max(self.k) * self.lda.max(self.ldb).max(self.ldc) <= u32::MAX as usize, "GEMM operands too large for 32-bit indexing");
+        if let Some(len) = bias_len {
+            ensure!(len >= self.n, "bias holds {len} elements, N={}", self.n);
+        }
+        Ok(())
+    }
+}
+
+/// Device addresses of the operands (`bias` 0 for none).
+#[derive(Clone, Copy, Debug)]
+pub struct Ptrs {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub bias: u64,
+}
+
+/// The tensor-core configuration the host picks for an M×N output on this GPU: among those
+/// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
+/// block; for small outputs, the one with the most blocks.
+pub fn choose_config(gpu: &Gpu, m: usize, n: usize) -> Result<&'static TileConfig> {
+    let smem = gpu.max_smem_optin()?;
+    let sms = gpu.sm_count()? as usize;
+    let best_sm = TILE_CONFIGS.iter().filter(|c| c.min_sm <= gpu.ptx.sm).map(|c| c.min_sm).max();
+    let usable: Vec<_> = TILE_CONFIGS
+        .iter()
+        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
+        .collect();
+    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    let area = |c: &TileConfig| c.block.0 * c.block.1;
+    let filling = usable.iter().filter(|c| tiles(c) >= sms).max_by_key(|c| area(c));
+    filling
+        .or_else(|| usable.iter().max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c)))))
+        .copied()
+        .ok_or_else(|| anyhow::anyhow!("no tensor-core GEMM configuration fits this GPU"))
+}
+
+/// Kernel name, launch geometry and the shared memory it needs.
+fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
+    let cfg = |tile_m: usize, tile_n: usize, threads: usize, smem: usize| LaunchConfig {
+        grid_dim: (p.n.div_ceil(tile_n) as u32, p.m.div_ceil(tile_m) as u32, 1),
+        block_dim: (threads as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    Ok(match v {
+        Version::Simt("naive") => (simt_kernel("naive", p.layout), cfg(16, 16, 256, 0)),
+        Version::Simt("smem") => (simt_kernel("smem", p.layout), cfg(SMEM_TILE, SMEM_TILE, SMEM_TILE * SMEM_TILE, 2 * SMEM_TILE * SMEM_TILE * 4)),
+        Version::Simt("regblock") => (simt_kernel("regblock", p.layout), cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4)),
+        Version::Simt(other) => bail!("unknown SIMT version {other}"),
+        Version::Tensor(c, acc) => {
+            ensure!(c.min_sm <= gpu.ptx.sm, "config {} needs sm_{}, but the {} PTX is loaded", c.name, c.min_sm, gpu.ptx.arch);
+            let max = gpu.max_smem_optin()?;
+            ensure!(c.smem_bytes() <= max, "config {} needs {} bytes of shared memory per block; this GPU allows {max}", c.name, c.smem_bytes());
+            (tensor_kernel(c, p.layout, acc), cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes()))
+        }
+    })
+}
+
+/// Launches one GEMM on the GPU's stream (asynchronously). Validate the problem first with
+/// [`Problem::validate`]; the pointers must address buffers of those sizes.
+pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
+    ensure!(p.m > 0 && p.n > 0 && p.k > 0, "GEMM dimensions must be positive, got M={} N={} K={}", p.m, p.n, p.k);
+    ensure!(p.m.div_ceil(16) <= 65535, "M={} exceeds the grid's y limit", p.m);
+    let (name, cfg) = plan(gpu, v, p)?;
+    let f = gpu.function(&name)?;
+    if cfg.shared_mem_bytes > 48 * 1024 {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_mem_bytes as i32)?;
+    }
+    let (m, n, k) = (p.m as u32, p.n as u32, p.k as u32);
+    let (lda, ldb, ldc) = (p.lda as u32, p.ldb as u32, p.ldc as u32);
+    let relu = p.relu as u32;
+    let mut b = gpu.stream.launch_builder(&f);
+    b.arg(&m).arg(&n).arg(&k).arg(&ptrs.a).arg(&lda).arg(&ptrs.b).arg(&ldb).arg(&ptrs.c).arg(&ldc);
+    b.arg(&ptrs.bias).arg(&p.alpha).arg(&p.beta).arg(&relu);
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons.
+pub fn launch_bias_act(gpu: &Gpu, p: &Problem, c: u64, bias: u64) -> Result<()> {
+    let f = gpu.function("bias_act_f16")?;
+    let (ldc, m, n, relu) = (p.ldc as u32, p.m as u32, p.n as u32, p.relu as u32);
+    let mut b = gpu.stream.launch_builder(&f);
+    b.arg(&c).arg(&ldc).arg(&m).arg(&n).arg(&bias).arg(&relu);
+    unsafe { b.launch(crate::cuda::grid_1d(p.m * p.n, 256)) }?;
+    Ok(())
+}
+
+/// cuBLAS on the GPU's stream, computing the same row-major problem (alpha and beta only:
+/// bias and ReLU are what [`launch_bias_act`] adds).
+pub struct Cublas {
+    blas: CudaBlas,
+}
+
+impl Cublas {
+    pub fn new(gpu: &Gpu) -> Result<Cublas> {
+        let blas = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| CudaBlas::new(gpu.stream.clone())))
+            .map_err(|_| anyhow::anyhow!("cuBLAS could not be loaded (libcublas not found on the library path)"))??;
+        Ok(Cublas { blas })
+    }
+
+    /// Row-major `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`, so B goes first.
+    pub fn gemm(&self, p: &Problem, ptrs: Ptrs, compute: Accum) -> Result<()> {
+        use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let op_b = if p.layout.trans_b() { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let op_a = if p.layout.trans_a() { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let (alpha16, beta16) = (f16::from_f32(p.alpha), f16::from_f32(p.beta));
+        let (ap, bp, ct) = match compute {
+            Accum::F16 => (&alpha16 as *const f16 as *const _, &beta16 as *const f16 as *const _, cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_16F),
+            Accum::F32 => (&p.alpha as *const f32 as *const _, &p.beta as *const f32 as *const _, cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+        };
+        let h = cublas_sys::cudaDataType::CUDA_R_16F;
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *self.blas.handle(), op_b, op_a, p.n as i32, p.m as i32, p.k as i32, ap,
+                ptrs.b as *const _, h, p.ldb as i32, ptrs.a as *const _, h, p.lda as i32, bp,
+                ptrs.c as *mut _, h, p.ldc as i32, ct, cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// CPU reference of one output element in f64, and the sum of |products| that bounds its
+/// rounding error.
+pub fn reference_at(p: &Problem, a: &[f16], b: &[f16], c_old: &[f16], bias: Option<&[f16]>, i: usize, j: usize) -> (f64, f64) {
+    let (mut acc, mut mag) = (0.0f64, 0.0f64);
+    for kk in 0..p.k {
+        let av = if p.layout.trans_a() { a[kk * p.lda + i] } else { a[i * p.lda + kk] }.to_f64();
+        let bv = if p.layout.trans_b() { b[j * p.ldb + kk] } else { b[kk * p.ldb + j] }.to_f64();
+        acc += av * bv;
+        mag += (av * bv).abs();
+    }
+    let mut v = p.alpha as f64 * acc;
+    mag *= p.alpha.abs() as f64;
+    if p.beta != 0.0 {
+        let cv = c_old[i * p.ldc + j].to_f64() * p.beta as f64;
+        v += cv;
+        mag += cv.abs();
+    }
+    if let Some(bias) = bias {
+        v += bias[j].to_f64();
+        mag += bias[j].to_f64().abs();
+    }
+    if p.relu {
+        v = v.max(0.0);
+    }
+    (v, mag)
+}
+
+/// Error allowed at one element: rounding of the accumulation (fp16 accumulators round at
+/// every step, so the bound grows with the sum of |products|) plus the final rounding to fp16.
+pub fn tolerance(acc: Accum, value: f64, magnitude: f64) -> f64 {
+    let unit = match acc {
+        Accum::F16 => 2f64.powi(-11),
+        Accum::F32 => 2f64.powi(-18),
+    };
+    // fp16 operands are exact in either accumulator; a few ulps of the running sum per step
+    // grows like sqrt(K) in practice, but the bound below is the linear worst case / 8.
+    8.0 * unit * magnitude + 2f64.powi(-10) * value.abs() + 1e-6
+}
+
+/// Compares a GPU result with the reference at `samples` (all elements when `None`).
+/// Returns the largest |error| and the number of elements over tolerance (NaN counts as over).
+pub struct Check {
+    pub max_err: f64,
+    pub failures: usize,
+    pub first_failure: Option<(usize, usize, f64, f64)>,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn check(p: &Problem, acc: Accum, a: &[f16], b: &[f16], c_old: &[f16], bias: Option<&[f16]>, got: &[f16], samples: Option<&[(usize, usize)]>) -> Check {
+    let mut out = Check { max_err: 0.0, failures: 0, first_failure: None };
+    let mut visit = |i: usize, j: usize| {
+        let (want, mag) = reference_at(p, a, b, c_old, bias, i, j);
+        let g = got[i * p.ldc + j].to_f64();
+        let err = (g - want).abs();
+        if !(err <= tolerance(acc, want, mag)) {
+            out.failures += 1;
+            out.first_failure.get_or_insert((i, j, g, want));
+        }
+        if err.is_finite() {
+            out.max_err = out.max_err.max(err);
+        } else {
+            out.max_err = f64::INFINITY;
+        }
+    };
+    match samples {
+        Some(s) => s.iter().for_each(|&(i, j)| visit(i, j)),
+        None => (0..p.m).for_each(|i| (0..p.n).for_each(|j| visit(i, j))),
+    }
+    out
+}
+
+/// Accumulator precision a version uses, for its tolerance (SIMT versions accumulate in f32).
+pub fn accum_of(v: Version) -> Accum {
+    match v {
+        Version::Simt(_) => Accum::F32,
+        Version::Tensor(_, a) => a,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_rejects_bad_shapes_and_buffers() {
+        let p = Problem::new(4, 5, 6, Layout::NN);
+        assert!(p.validate(24, 30, 20, None).is_ok());
+        assert!(p.validate(23, 30, 20, None).unwrap_err().to_string().contains("A holds 23"));
+        assert!(p.validate(24, 29, 20, None).is_err());
+        assert!(p.validate(24, 30, 19, None).is_err());
+        assert!(p.validate(24, 30, 20, Some(4)).unwrap_err().to_string().contains("bias"));
+        let zero = Problem::new(0, 5, 6, Layout::NN);
+        assert!(zero.validate(100, 100, 100, None).unwrap_err().to_string().contains("positive"));
+        let mut narrow = Problem::new(4, 5, 6, Layout::NT);
+        narrow.ldb = 5; // B is stored [N][K]: rows of 6
+        assert!(narrow.validate(100, 100, 100, None).unwrap_err().to_string().contains("ldb"));
+    }
+
+    #[test]
+    fn operand_sizes_follow_the_layout() {
+        let p = Problem::new(3, 5, 7, Layout::TN);
+        assert_eq!(p.a_dims(), (7, 3));
+        assert_eq!(p.b_dims(), (7, 5));
+        assert_eq!((p.lda, p.ldb, p.ldc), (3, 5, 5));
+        let p = Problem::new(3, 5, 7, Layout::NT);
+        assert_eq!(p.b_dims(), (5, 7));
+        assert_eq!(p.b_len(), 35);
+    }
+
+    #[test]
+    fn reference_and_tolerance() {
+        // A = [[1, 2]], B = [[3], [4]] → 11; with bias 1 and ReLU.
+        let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        let mut p = Problem::new(1, 1, 2, Layout::NN);
+        p.relu = true;
+        let (v, mag) = reference_at(&p, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], Some(&h(&[-20.0])), 0, 0);
+        assert_eq!((v, mag), (0.0, 31.0));
+        let bad = h(&[12.0]);
+        let c = check(&Problem::new(1, 1, 2, Layout::NN), Accum::F16, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], None, &bad, None);
+        assert_eq!(c.failures, 1);
+        let nan = h(&[f32::NAN]);
+        let c = check(&Problem::new(1, 1, 2, Layout::NN), Accum::F16, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], None, &nan, None);
+        assert_eq!(c.failures, 1, "NaN never passes");
+    }
+
+    #[test]
+    fn versions_parse_from_labels() {
+        assert_eq!(Version::parse("naive", Accum::F16).unwrap(), Version::Simt("naive"));
+        let c = &TILE_CONFIGS[0];
+        assert_eq!(Version::parse(&format!("{}_f32", c.name), Accum::F16).unwrap(), Version::Tensor(c, Accum::F32));
+        assert_eq!(Version::parse(c.name, Accum::F16).unwrap(), Version::Tensor(c, Accum::F16));
+        assert!(Version::parse("fastest", Accum::F16).is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
+use crate::cuda::{Gpu, dptr};
+use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
+use anyhow::{Result, ensure};
+use gpu::gemm::{Accum, Layout};
+use half::f16;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use std::io::Write;
+
+/// One measured row of the table.
+pub struct Row {
+    pub version: String,
+    pub shape: String,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ms: f64,
+    pub tflops: f64,
+    pub vs_cublas: f64,
+    pub max_err: f64,
+    pub ok: bool,
+}
+
+/// Default sizes: squares 256…8192 and the MNIST MLP's GEMMs (batch 128, 784-128-10 and a
+/// wide 784-4096-10), forward and both backward products.
+pub fn default_shapes() -> Vec<(String, usize, usize, usize, Layout, bool)> {
+    let mut v = Vec::new();
+    for s in [256, 512, 1024, 2048, 4096, 8192] {
+        v.push((format!("square{s}"), s, s, s, Layout::NN, false));
+    }
+    for (b, h) in [(128, 128), (128, 4096)] {
+        v.push((format!("mlp{h}.fwd1"), b, h, 784, Layout::NT, true));
+        v.push((format!("mlp{h}.fwd2"), b, 10, h, Layout::NT, false));
+        v.push((format!("mlp{h}.dx2"), b, h, 10, Layout::NN, false));
+        v.push((format!("mlp{h}.dw1"), h, 784, b, Layout::TN, false));
+    }
+    v
+}
+
+fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
+    (0..n).map(|_| f16::from_f32(rng.random_range(-1.0..1.0))).collect()
+}
+
+/// Median time in ms of `f` over enough repetitions for ~`budget_ms` (at least 3), after warm-up.
+fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let t = gpu.timer()?;
+    f()?;
+    t.start()?;
+    f()?;
+    let once = t.stop_ms()? as f64;
+    let reps = ((budget_ms / once.max(1e-3)) as usize).clamp(3, 200);
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        t.start()?;
+        f()?;
+        times.push(t.stop_ms()? as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Runs the table. `versions` empty means every version the GPU runs; SIMT versions skip
+/// squares above `simt_max` (they would take minutes and teach nothing more).
+pub fn run(gpu: &Gpu, versions: &[Version], shapes: &[(String, usize, usize, usize, Layout, bool)], simt_max: usize, out: &mut dyn Write) -> Result<Vec<Row>> {
+    let blas = Cublas::new(gpu)?;
+    let versions = if versions.is_empty() { Version::all_for(gpu) } else { versions.to_vec() };
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut rows = Vec::new();
+    writeln!(out, "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>9}", "version", "shape", "M", "N", "K", "time_ms", "TFLOP/s", "%cuBLAS", "max_err")?;
+    for (label, m, n, k, layout, epilogue) in shapes {
+        let (m, n, k) = (*m, *n, *k);
+        let mut p = Problem::new(m, n, k, *layout);
+        p.relu = *epilogue;
+        let a = random(p.a_len(), &mut rng);
+        let b = random(p.b_len(), &mut rng);
+        let bias = random(n, &mut rng);
+        let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
+        let mut dc = gpu.zeros::<f16>(p.c_len())?;
+        let s = &gpu.stream;
+        let ptrs = Ptrs { a: dptr(&da, s), b: dptr(&db, s), c: dptr(&dc, s), bias: if *epilogue { dptr(&dbias, s) } else { 0 } };
+        let bias_host = epilogue.then_some(&bias[..]);
+        let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| (0..512).map(|_| (rng.random_range(0..m), rng.random_range(0..n))).collect());
+        let budget = 200.0;
+
+        // cuBLAS, fp32 compute (the stronger reference), plus the separate epilogue if any.
+        let mut cublas_ms = f64::NAN;
+        for compute in [Accum::F16, Accum::F32] {
+            let ms = time_ms(gpu, budget, || {
+                blas.gemm(&p, ptrs, compute)?;
+                if *epilogue {
+                    gemm::launch_bias_act(gpu, &p, ptrs.c, ptrs.bias)?;
+                }
+                Ok(())
+            })?;
+            let got = gpu.download(&dc)?;
+            let c = gemm::check(&p, compute, &a, &b, &[], bias_host, &got, samples.as_deref());
+            if compute == Accum::F16 {
+                cublas_ms = ms;
+            }
+            let name = format!("cublas_{}{}", compute.suffix(), if *epilogue { "+bias_relu" } else { "" });
+            rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+        }
+
+        for &v in &versions {
+            if matches!(v, Version::Simt(_)) && m.max(n).max(k) > simt_max {
+                continue;
+            }
+            gpu.stream.memset_zeros(&mut dc)?;
+            let ms = time_ms(gpu, budget, || gemm::launch(gpu, v, &p, ptrs))?;
+            let got = gpu.download(&dc)?;
+            let c = gemm::check(&p, accum_of(v), &a, &b, &[], bias_host, &got, samples.as_deref());
+            rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
+        }
+    }
+    Ok(rows)
+}
+
+fn row(out: &mut dyn Write, version: String, shape: &str, p: &Problem, ms: f64, cublas_ms: f64, c: &Check) -> Result<Row> {
+    let r = Row {
+        version,
+        shape: shape.to_string(),
+        m: p.m,
+        n: p.n,
+        k: p.k,
+        ms,
+        tflops: p.flops() / ms / 1e9,
+        vs_cublas: 100.0 * cublas_ms / ms,
+        max_err: c.max_err,
+        ok: c.failures == 0,
+    };
+    writeln!(out, "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9.4} {:>8.1} {:>7.0}% {:>9.2e}{}", r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, if r.ok { "" } else { "  WRONG" })?;
+    out.flush()?;
+    Ok(r)
+}
+
+pub fn write_csv(path: &std::path::Path, rows: &[Row], gpu_name: &str) -> Result<()> {
+    let mut s = String::from("gpu,version,shape,m,n,k,time_ms,tflops,pct_cublas_f16,max_err,correct\n");
+    for r in rows {
+        s += &format!("{gpu_name},{},{},{},{},{},{:.6},{:.3},{:.1},{:.3e},{}\n", r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, r.ok);
+    }
+    crate::write_atomic(path, s.as_bytes())
+}
+
+/// All rows correct, or an error naming the wrong ones.
+pub fn ensure_correct(rows: &[Row]) -> Result<()> {
+    let wrong: Vec<_> = rows.iter().filter(|r| !r.ok).map(|r| format!("{} {}", r.version, r.shape)).collect();
+    ensure!(wrong.is_empty(), "results over tolerance: {}", wrong.join(", "));
+    Ok(())
+}
