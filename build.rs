@@ -17,12 +17,17 @@ const UNROLL: &str = "-C llvm-args=-unroll-threshold=50000";
 
 fn main() {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let root = manifest.parent().expect("host/ lives in the workspace root");
+    let root = manifest
+        .parent()
+        .expect("host/ lives in the workspace root");
     let gpu = root.join("gpu");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=GPU_ARCHS");
     println!("cargo:rerun-if-changed={}", gpu.join("src").display());
-    println!("cargo:rerun-if-changed={}", gpu.join("Cargo.toml").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        gpu.join("Cargo.toml").display()
+    );
     println!("cargo:rerun-if-changed={}", root.join("build.rs").display());
 
     let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75".into());
@@ -51,7 +56,13 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str) -> PathBuf {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(gpu)
-        .args(["rustc", "--release", "--target", "nvptx64-nvidia-cuda", "-Zbuild-std=core"])
+        .args([
+            "rustc",
+            "--release",
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "-Zbuild-std=core",
+        ])
         .args(["--crate-type", "cdylib", "--target-dir"])
         .arg(&target_dir)
         .env("RUSTFLAGS", format!("-C target-cpu={arch} {UNROLL}"));

@@ -64,7 +64,7 @@ pub fn shared_addr<T>(p: *const T) -> u32 {
     let a: u32;
     unsafe {
         asm!("{{ .reg .u64 t; cvta.to.shared.u64 t, {p}; cvt.u32.u64 {a}, t; }}",
-             a = out(reg32) a, p = in(reg64) p, options(pure, nomem, nostack));
+             a = out(reg32) a, p = in(reg64) p, options(pure, readonly, nostack));
     }
     a
 }
@@ -131,30 +131,44 @@ pub fn warp_max_f32(mut v: f32) -> f32 {
 /// Sum over the whole block: warp shuffles, then one value per warp through shared memory.
 /// `scratch` must hold one `f32` per warp; the total is returned to every thread. Contains
 /// barriers, so every thread of the block must call it.
+///
+/// # Safety
+/// `scratch` points to shared memory with room for one value per warp.
 #[inline(always)]
-pub fn block_sum_f32(v: f32, scratch: *mut f32) -> f32 {
+pub unsafe fn block_sum_f32(v: f32, scratch: *mut f32) -> f32 {
     let w = warp_sum_f32(v);
     let warps = block_dim_x().div_ceil(WARP);
     if lane() == 0 {
         unsafe { *scratch.add(warp_id() as usize) = w };
     }
     sync_threads();
-    let mut t = if lane() < warps { unsafe { *scratch.add(lane() as usize) } } else { 0.0 };
+    let mut t = if lane() < warps {
+        unsafe { *scratch.add(lane() as usize) }
+    } else {
+        0.0
+    };
     t = warp_sum_f32(t);
     sync_threads(); // scratch may be reused right after
     t
 }
 
 /// [`block_sum_f32`] in double precision, for reductions over millions of terms.
+///
+/// # Safety
+/// As [`block_sum_f32`].
 #[inline(always)]
-pub fn block_sum_f64(v: f64, scratch: *mut f64) -> f64 {
+pub unsafe fn block_sum_f64(v: f64, scratch: *mut f64) -> f64 {
     let w = warp_sum_f64(v);
     let warps = block_dim_x().div_ceil(WARP);
     if lane() == 0 {
         unsafe { *scratch.add(warp_id() as usize) = w };
     }
     sync_threads();
-    let mut t = if lane() < warps { unsafe { *scratch.add(lane() as usize) } } else { 0.0 };
+    let mut t = if lane() < warps {
+        unsafe { *scratch.add(lane() as usize) }
+    } else {
+        0.0
+    };
     t = warp_sum_f64(t);
     sync_threads();
     t
@@ -164,7 +178,9 @@ pub fn block_sum_f64(v: f64, scratch: *mut f64) -> f64 {
 #[inline(always)]
 pub fn h2f(h: u16) -> f32 {
     let r: f32;
-    unsafe { asm!("cvt.f32.f16 {r}, {h};", r = out(reg32) r, h = in(reg16) h, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.f32.f16 {r}, {h};", r = out(reg32) r, h = in(reg16) h, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -172,7 +188,9 @@ pub fn h2f(h: u16) -> f32 {
 #[inline(always)]
 pub fn f2h(f: f32) -> u16 {
     let r: u16;
-    unsafe { asm!("cvt.rn.f16.f32 {r}, {f};", r = out(reg16) r, f = in(reg32) f, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("cvt.rn.f16.f32 {r}, {f};", r = out(reg16) r, f = in(reg32) f, options(pure, nomem, nostack))
+    };
     r
 }
 

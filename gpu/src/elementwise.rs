@@ -4,7 +4,14 @@ use crate::device::*;
 /// In place, `C[i][j] = act(C[i][j] + bias[j])` over an M×N matrix with leading dimension
 /// `ldc`: the epilogue as a separate kernel, which the fused GEMM epilogue is measured against.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn bias_act_f16(c: *mut u16, ldc: u32, m: u32, n: u32, bias: *const u16, relu: u32) {
+pub unsafe extern "ptx-kernel" fn bias_act_f16(
+    c: *mut u16,
+    ldc: u32,
+    m: u32,
+    n: u32,
+    bias: *const u16,
+    relu: u32,
+) {
     let total = m * n;
     let mut e = global_x();
     while e < total {

@@ -108,7 +108,11 @@ mod tests {
                     // Logical (mn, k) of element i of the row addressed by lane `l`.
                     let row_elem = |l: usize, i: usize| {
                         let (mn, k) = ldmatrix_lane(l, op, k_contiguous);
-                        if k_contiguous { (mn, k + i) } else { (mn + i, k) }
+                        if k_contiguous {
+                            (mn, k + i)
+                        } else {
+                            (mn + i, k)
+                        }
                     };
                     let got = simulate_ldmatrix(lane, reg, h, !k_contiguous, row_elem);
                     let want = match op {
@@ -118,7 +122,10 @@ mod tests {
                             (n + 8 * (reg / 2), k)
                         }
                     };
-                    assert_eq!(got, want, "{op:?} k_contiguous={k_contiguous} lane {lane} reg {reg} half {h}");
+                    assert_eq!(
+                        got, want,
+                        "{op:?} k_contiguous={k_contiguous} lane {lane} reg {reg} half {h}"
+                    );
                 }
             }
         }

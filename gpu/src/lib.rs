@@ -6,6 +6,8 @@
 //! same index maps the kernels use, and the host launcher reads the same tile table.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
+// Index loops over register arrays are deliberate: they unroll into named registers.
+#![allow(clippy::needless_range_loop)]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(
@@ -24,11 +26,11 @@ pub mod layout;
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
 #[cfg(target_arch = "nvptx64")]
+mod elementwise;
+#[cfg(target_arch = "nvptx64")]
 pub mod mma;
 #[cfg(target_arch = "nvptx64")]
 mod smoke;
-#[cfg(target_arch = "nvptx64")]
-mod elementwise;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -23,7 +23,7 @@ pub unsafe extern "ptx-kernel" fn block_sum(x: *const f32, partial: *mut f32, n:
         v += unsafe { *x.add(i as usize) };
         i += grid_stride_x();
     }
-    let total = block_sum_f32(v, dynamic_shared::<f32>());
+    let total = unsafe { block_sum_f32(v, dynamic_shared::<f32>()) };
     if thread_x() == 0 {
         unsafe { *partial.add(block_x() as usize) = total };
     }

@@ -28,9 +28,12 @@ impl Gpu {
     /// sentence, never a panic (cudarc panics if asked to load a missing libcuda).
     pub fn new(ordinal: usize) -> Result<Gpu> {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            bail!("no CUDA driver found (libcuda.so could not be loaded): this command needs an NVIDIA GPU and its driver");
+            bail!(
+                "no CUDA driver found (libcuda.so could not be loaded): this command needs an NVIDIA GPU and its driver"
+            );
         }
-        let count = CudaContext::device_count().context("the CUDA driver could not count devices")?;
+        let count =
+            CudaContext::device_count().context("the CUDA driver could not count devices")?;
         if count == 0 {
             bail!("the CUDA driver is installed but reports no GPU");
         }
@@ -51,7 +54,14 @@ impl Gpu {
             .load_module(ptx.source.to_string().into())
             .with_context(|| format!("the driver rejected the embedded {} PTX", ptx.arch))?;
         let stream = ctx.new_stream()?;
-        Ok(Gpu { ctx, stream, module, ptx, sm, functions: Mutex::new(HashMap::new()) })
+        Ok(Gpu {
+            ctx,
+            stream,
+            module,
+            ptx,
+            sm,
+            functions: Mutex::new(HashMap::new()),
+        })
     }
 
     /// A kernel of the module by name (looked up once, then cached).
@@ -108,9 +118,11 @@ impl Gpu {
 
     /// A timer of work on this GPU's stream, by CUDA events.
     pub fn timer(&self) -> Result<Timer> {
+        // cudarc's default events have timing disabled.
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         Ok(Timer {
-            start: self.ctx.new_event(None)?,
-            end: self.ctx.new_event(None)?,
+            start: self.ctx.new_event(timed)?,
+            end: self.ctx.new_event(timed)?,
             stream: self.stream.clone(),
         })
     }
@@ -124,7 +136,11 @@ pub fn dptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> u64 {
 /// A grid of `ceil(n / threads)` blocks, capped for grid-stride kernels.
 pub fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 65535 * 8) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// Elapsed GPU time between two points of the stream.

@@ -52,8 +52,15 @@ impl Version {
                 return Ok(Version::Tensor(c, acc));
             }
         }
-        let names: Vec<_> = SIMT_VERSIONS.iter().copied().chain(TILE_CONFIGS.iter().map(|c| c.name)).collect();
-        bail!("unknown GEMM version or config {s:?}; known: {}", names.join(", "))
+        let names: Vec<_> = SIMT_VERSIONS
+            .iter()
+            .copied()
+            .chain(TILE_CONFIGS.iter().map(|c| c.name))
+            .collect();
+        bail!(
+            "unknown GEMM version or config {s:?}; known: {}",
+            names.join(", ")
+        )
     }
 }
 
@@ -77,15 +84,34 @@ impl Problem {
     pub fn new(m: usize, n: usize, k: usize, layout: Layout) -> Problem {
         let lda = if layout.trans_a() { m } else { k };
         let ldb = if layout.trans_b() { k } else { n };
-        Problem { m, n, k, layout, lda, ldb, ldc: n, alpha: 1.0, beta: 0.0, relu: false }
+        Problem {
+            m,
+            n,
+            k,
+            layout,
+            lda,
+            ldb,
+            ldc: n,
+            alpha: 1.0,
+            beta: 0.0,
+            relu: false,
+        }
     }
 
     /// Stored (rows, cols) of A and of B.
     pub fn a_dims(&self) -> (usize, usize) {
-        if self.layout.trans_a() { (self.k, self.m) } else { (self.m, self.k) }
+        if self.layout.trans_a() {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        }
     }
     pub fn b_dims(&self) -> (usize, usize) {
-        if self.layout.trans_b() { (self.n, self.k) } else { (self.k, self.n) }
+        if self.layout.trans_b() {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        }
     }
     /// Elements a buffer must hold for each operand.
     pub fn a_len(&self) -> usize {
@@ -104,19 +130,68 @@ impl Problem {
     }
 
     /// Rejects shapes and buffers the kernels cannot take, before anything is launched.
-    pub fn validate(&self, a_len: usize, b_len: usize, c_len: usize, bias_len: Option<usize>) -> Result<()> {
-        ensure!(self.m > 0 && self.n > 0 && self.k > 0, "GEMM dimensions must be positive, got M={} N={} K={}", self.m, self.n, self.k);
+    pub fn validate(
+        &self,
+        a_len: usize,
+        b_len: usize,
+        c_len: usize,
+        bias_len: Option<usize>,
+    ) -> Result<()> {
+        ensure!(
+            self.m > 0 && self.n > 0 && self.k > 0,
+            "GEMM dimensions must be positive, got M={} N={} K={}",
+            self.m,
+            self.n,
+            self.k
+        );
         let limit = u32::MAX as usize / 2;
-        ensure!(self.m.max(self.n).max(self.k) <= limit, "GEMM dimension too large for 32-bit indexing");
+        ensure!(
+            self.m.max(self.n).max(self.k) <= limit,
+            "GEMM dimension too large for 32-bit indexing"
+        );
         let (ar, ac) = self.a_dims();
         let (br, bc) = self.b_dims();
-        ensure!(self.lda >= ac, "lda={} is smaller than A's stored row ({ac})", self.lda);
-        ensure!(self.ldb >= bc, "ldb={} is smaller than B's stored row ({bc})", self.ldb);
-        ensure!(self.ldc >= self.n, "ldc={} is smaller than N={}", self.ldc, self.n);
-        ensure!(a_len >= self.a_len(), "A holds {a_len} elements; a {ar}×{ac} operand with lda={} needs {}", self.lda, self.a_len());
-        ensure!(b_len >= self.b_len(), "B holds {b_len} elements; a {br}×{bc} operand with ldb={} needs {}", self.ldb, self.b_len());
-        ensure!(c_len >= self.c_len(), "C holds {c_len} elements; M×N={}×{} with ldc={} needs {}", self.m, self.n, self.ldc, self.c_len());
-        ensure!(self.m.max(self.n).max(self.k) * self.lda.max(self.ldb).max(self.ldc) <= u32::MAX as usize, "GEMM operands too large for 32-bit indexing");
+        ensure!(
+            self.lda >= ac,
+            "lda={} is smaller than A's stored row ({ac})",
+            self.lda
+        );
+        ensure!(
+            self.ldb >= bc,
+            "ldb={} is smaller than B's stored row ({bc})",
+            self.ldb
+        );
+        ensure!(
+            self.ldc >= self.n,
+            "ldc={} is smaller than N={}",
+            self.ldc,
+            self.n
+        );
+        ensure!(
+            a_len >= self.a_len(),
+            "A holds {a_len} elements; a {ar}×{ac} operand with lda={} needs {}",
+            self.lda,
+            self.a_len()
+        );
+        ensure!(
+            b_len >= self.b_len(),
+            "B holds {b_len} elements; a {br}×{bc} operand with ldb={} needs {}",
+            self.ldb,
+            self.b_len()
+        );
+        ensure!(
+            c_len >= self.c_len(),
+            "C holds {c_len} elements; M×N={}×{} with ldc={} needs {}",
+            self.m,
+            self.n,
+            self.ldc,
+            self.c_len()
+        );
+        ensure!(
+            self.m.max(self.n).max(self.k) * self.lda.max(self.ldb).max(self.ldc)
+                <= u32::MAX as usize,
+            "GEMM operands too large for 32-bit indexing"
+        );
         if let Some(len) = bias_len {
             ensure!(len >= self.n, "bias holds {len} elements, N={}", self.n);
         }
@@ -139,16 +214,27 @@ pub struct Ptrs {
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin()?;
     let sms = gpu.sm_count()? as usize;
-    let best_sm = TILE_CONFIGS.iter().filter(|c| c.min_sm <= gpu.ptx.sm).map(|c| c.min_sm).max();
+    let best_sm = TILE_CONFIGS
+        .iter()
+        .filter(|c| c.min_sm <= gpu.ptx.sm)
+        .map(|c| c.min_sm)
+        .max();
     let usable: Vec<_> = TILE_CONFIGS
         .iter()
         .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let area = |c: &TileConfig| c.block.0 * c.block.1;
-    let filling = usable.iter().filter(|c| tiles(c) >= sms).max_by_key(|c| area(c));
+    let filling = usable
+        .iter()
+        .filter(|c| tiles(c) >= sms)
+        .max_by_key(|c| area(c));
     filling
-        .or_else(|| usable.iter().max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c)))))
+        .or_else(|| {
+            usable
+                .iter()
+                .max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c))))
+        })
         .copied()
         .ok_or_else(|| anyhow::anyhow!("no tensor-core GEMM configuration fits this GPU"))
 }
@@ -162,14 +248,39 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
     };
     Ok(match v {
         Version::Simt("naive") => (simt_kernel("naive", p.layout), cfg(16, 16, 256, 0)),
-        Version::Simt("smem") => (simt_kernel("smem", p.layout), cfg(SMEM_TILE, SMEM_TILE, SMEM_TILE * SMEM_TILE, 2 * SMEM_TILE * SMEM_TILE * 4)),
-        Version::Simt("regblock") => (simt_kernel("regblock", p.layout), cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4)),
+        Version::Simt("smem") => (
+            simt_kernel("smem", p.layout),
+            cfg(
+                SMEM_TILE,
+                SMEM_TILE,
+                SMEM_TILE * SMEM_TILE,
+                2 * SMEM_TILE * SMEM_TILE * 4,
+            ),
+        ),
+        Version::Simt("regblock") => (
+            simt_kernel("regblock", p.layout),
+            cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4),
+        ),
         Version::Simt(other) => bail!("unknown SIMT version {other}"),
         Version::Tensor(c, acc) => {
-            ensure!(c.min_sm <= gpu.ptx.sm, "config {} needs sm_{}, but the {} PTX is loaded", c.name, c.min_sm, gpu.ptx.arch);
+            ensure!(
+                c.min_sm <= gpu.ptx.sm,
+                "config {} needs sm_{}, but the {} PTX is loaded",
+                c.name,
+                c.min_sm,
+                gpu.ptx.arch
+            );
             let max = gpu.max_smem_optin()?;
-            ensure!(c.smem_bytes() <= max, "config {} needs {} bytes of shared memory per block; this GPU allows {max}", c.name, c.smem_bytes());
-            (tensor_kernel(c, p.layout, acc), cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes()))
+            ensure!(
+                c.smem_bytes() <= max,
+                "config {} needs {} bytes of shared memory per block; this GPU allows {max}",
+                c.name,
+                c.smem_bytes()
+            );
+            (
+                tensor_kernel(c, p.layout, acc),
+                cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes()),
+            )
         }
     })
 }
@@ -177,18 +288,39 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
 /// Launches one GEMM on the GPU's stream (asynchronously). Validate the problem first with
 /// [`Problem::validate`]; the pointers must address buffers of those sizes.
 pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
-    ensure!(p.m > 0 && p.n > 0 && p.k > 0, "GEMM dimensions must be positive, got M={} N={} K={}", p.m, p.n, p.k);
-    ensure!(p.m.div_ceil(16) <= 65535, "M={} exceeds the grid's y limit", p.m);
+    ensure!(
+        p.m > 0 && p.n > 0 && p.k > 0,
+        "GEMM dimensions must be positive, got M={} N={} K={}",
+        p.m,
+        p.n,
+        p.k
+    );
+    ensure!(
+        p.m.div_ceil(16) <= 65535,
+        "M={} exceeds the grid's y limit",
+        p.m
+    );
     let (name, cfg) = plan(gpu, v, p)?;
     let f = gpu.function(&name)?;
     if cfg.shared_mem_bytes > 48 * 1024 {
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_mem_bytes as i32)?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            cfg.shared_mem_bytes as i32,
+        )?;
     }
     let (m, n, k) = (p.m as u32, p.n as u32, p.k as u32);
     let (lda, ldb, ldc) = (p.lda as u32, p.ldb as u32, p.ldc as u32);
     let relu = p.relu as u32;
     let mut b = gpu.stream.launch_builder(&f);
-    b.arg(&m).arg(&n).arg(&k).arg(&ptrs.a).arg(&lda).arg(&ptrs.b).arg(&ldb).arg(&ptrs.c).arg(&ldc);
+    b.arg(&m)
+        .arg(&n)
+        .arg(&k)
+        .arg(&ptrs.a)
+        .arg(&lda)
+        .arg(&ptrs.b)
+        .arg(&ldb)
+        .arg(&ptrs.c)
+        .arg(&ldc);
     b.arg(&ptrs.bias).arg(&p.alpha).arg(&p.beta).arg(&relu);
     unsafe { b.launch(cfg) }?;
     Ok(())
@@ -212,27 +344,63 @@ pub struct Cublas {
 
 impl Cublas {
     pub fn new(gpu: &Gpu) -> Result<Cublas> {
-        let blas = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| CudaBlas::new(gpu.stream.clone())))
-            .map_err(|_| anyhow::anyhow!("cuBLAS could not be loaded (libcublas not found on the library path)"))??;
+        let blas = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            CudaBlas::new(gpu.stream.clone())
+        }))
+        .map_err(|_| {
+            anyhow::anyhow!("cuBLAS could not be loaded (libcublas not found on the library path)")
+        })??;
         Ok(Cublas { blas })
     }
 
     /// Row-major `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`, so B goes first.
     pub fn gemm(&self, p: &Problem, ptrs: Ptrs, compute: Accum) -> Result<()> {
         use cublas_sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
-        let op_b = if p.layout.trans_b() { CUBLAS_OP_T } else { CUBLAS_OP_N };
-        let op_a = if p.layout.trans_a() { CUBLAS_OP_T } else { CUBLAS_OP_N };
+        let op_b = if p.layout.trans_b() {
+            CUBLAS_OP_T
+        } else {
+            CUBLAS_OP_N
+        };
+        let op_a = if p.layout.trans_a() {
+            CUBLAS_OP_T
+        } else {
+            CUBLAS_OP_N
+        };
         let (alpha16, beta16) = (f16::from_f32(p.alpha), f16::from_f32(p.beta));
         let (ap, bp, ct) = match compute {
-            Accum::F16 => (&alpha16 as *const f16 as *const _, &beta16 as *const f16 as *const _, cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_16F),
-            Accum::F32 => (&p.alpha as *const f32 as *const _, &p.beta as *const f32 as *const _, cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F),
+            Accum::F16 => (
+                &alpha16 as *const f16 as *const _,
+                &beta16 as *const f16 as *const _,
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_16F,
+            ),
+            Accum::F32 => (
+                &p.alpha as *const f32 as *const _,
+                &p.beta as *const f32 as *const _,
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
         };
         let h = cublas_sys::cudaDataType::CUDA_R_16F;
         unsafe {
             cudarc::cublas::result::gemm_ex(
-                *self.blas.handle(), op_b, op_a, p.n as i32, p.m as i32, p.k as i32, ap,
-                ptrs.b as *const _, h, p.ldb as i32, ptrs.a as *const _, h, p.lda as i32, bp,
-                ptrs.c as *mut _, h, p.ldc as i32, ct, cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                *self.blas.handle(),
+                op_b,
+                op_a,
+                p.n as i32,
+                p.m as i32,
+                p.k as i32,
+                ap,
+                ptrs.b as *const _,
+                h,
+                p.ldb as i32,
+                ptrs.a as *const _,
+                h,
+                p.lda as i32,
+                bp,
+                ptrs.c as *mut _,
+                h,
+                p.ldc as i32,
+                ct,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )?;
         }
         Ok(())
@@ -241,11 +409,29 @@ impl Cublas {
 
 /// CPU reference of one output element in f64, and the sum of |products| that bounds its
 /// rounding error.
-pub fn reference_at(p: &Problem, a: &[f16], b: &[f16], c_old: &[f16], bias: Option<&[f16]>, i: usize, j: usize) -> (f64, f64) {
+pub fn reference_at(
+    p: &Problem,
+    a: &[f16],
+    b: &[f16],
+    c_old: &[f16],
+    bias: Option<&[f16]>,
+    i: usize,
+    j: usize,
+) -> (f64, f64) {
     let (mut acc, mut mag) = (0.0f64, 0.0f64);
     for kk in 0..p.k {
-        let av = if p.layout.trans_a() { a[kk * p.lda + i] } else { a[i * p.lda + kk] }.to_f64();
-        let bv = if p.layout.trans_b() { b[j * p.ldb + kk] } else { b[kk * p.ldb + j] }.to_f64();
+        let av = if p.layout.trans_a() {
+            a[kk * p.lda + i]
+        } else {
+            a[i * p.lda + kk]
+        }
+        .to_f64();
+        let bv = if p.layout.trans_b() {
+            b[j * p.ldb + kk]
+        } else {
+            b[kk * p.ldb + j]
+        }
+        .to_f64();
         acc += av * bv;
         mag += (av * bv).abs();
     }
@@ -287,13 +473,27 @@ pub struct Check {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn check(p: &Problem, acc: Accum, a: &[f16], b: &[f16], c_old: &[f16], bias: Option<&[f16]>, got: &[f16], samples: Option<&[(usize, usize)]>) -> Check {
-    let mut out = Check { max_err: 0.0, failures: 0, first_failure: None };
+pub fn check(
+    p: &Problem,
+    acc: Accum,
+    a: &[f16],
+    b: &[f16],
+    c_old: &[f16],
+    bias: Option<&[f16]>,
+    got: &[f16],
+    samples: Option<&[(usize, usize)]>,
+) -> Check {
+    let mut out = Check {
+        max_err: 0.0,
+        failures: 0,
+        first_failure: None,
+    };
     let mut visit = |i: usize, j: usize| {
         let (want, mag) = reference_at(p, a, b, c_old, bias, i, j);
         let g = got[i * p.ldc + j].to_f64();
         let err = (g - want).abs();
-        if !(err <= tolerance(acc, want, mag)) {
+        let within = err <= tolerance(acc, want, mag); // false for NaN
+        if !within {
             out.failures += 1;
             out.first_failure.get_or_insert((i, j, g, want));
         }
@@ -326,15 +526,36 @@ mod tests {
     fn validation_rejects_bad_shapes_and_buffers() {
         let p = Problem::new(4, 5, 6, Layout::NN);
         assert!(p.validate(24, 30, 20, None).is_ok());
-        assert!(p.validate(23, 30, 20, None).unwrap_err().to_string().contains("A holds 23"));
+        assert!(
+            p.validate(23, 30, 20, None)
+                .unwrap_err()
+                .to_string()
+                .contains("A holds 23")
+        );
         assert!(p.validate(24, 29, 20, None).is_err());
         assert!(p.validate(24, 30, 19, None).is_err());
-        assert!(p.validate(24, 30, 20, Some(4)).unwrap_err().to_string().contains("bias"));
+        assert!(
+            p.validate(24, 30, 20, Some(4))
+                .unwrap_err()
+                .to_string()
+                .contains("bias")
+        );
         let zero = Problem::new(0, 5, 6, Layout::NN);
-        assert!(zero.validate(100, 100, 100, None).unwrap_err().to_string().contains("positive"));
+        assert!(
+            zero.validate(100, 100, 100, None)
+                .unwrap_err()
+                .to_string()
+                .contains("positive")
+        );
         let mut narrow = Problem::new(4, 5, 6, Layout::NT);
         narrow.ldb = 5; // B is stored [N][K]: rows of 6
-        assert!(narrow.validate(100, 100, 100, None).unwrap_err().to_string().contains("ldb"));
+        assert!(
+            narrow
+                .validate(100, 100, 100, None)
+                .unwrap_err()
+                .to_string()
+                .contains("ldb")
+        );
     }
 
     #[test]
@@ -354,22 +575,57 @@ mod tests {
         let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
         let mut p = Problem::new(1, 1, 2, Layout::NN);
         p.relu = true;
-        let (v, mag) = reference_at(&p, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], Some(&h(&[-20.0])), 0, 0);
+        let (v, mag) = reference_at(
+            &p,
+            &h(&[1.0, 2.0]),
+            &h(&[3.0, 4.0]),
+            &[],
+            Some(&h(&[-20.0])),
+            0,
+            0,
+        );
         assert_eq!((v, mag), (0.0, 31.0));
         let bad = h(&[12.0]);
-        let c = check(&Problem::new(1, 1, 2, Layout::NN), Accum::F16, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], None, &bad, None);
+        let c = check(
+            &Problem::new(1, 1, 2, Layout::NN),
+            Accum::F16,
+            &h(&[1.0, 2.0]),
+            &h(&[3.0, 4.0]),
+            &[],
+            None,
+            &bad,
+            None,
+        );
         assert_eq!(c.failures, 1);
         let nan = h(&[f32::NAN]);
-        let c = check(&Problem::new(1, 1, 2, Layout::NN), Accum::F16, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), &[], None, &nan, None);
+        let c = check(
+            &Problem::new(1, 1, 2, Layout::NN),
+            Accum::F16,
+            &h(&[1.0, 2.0]),
+            &h(&[3.0, 4.0]),
+            &[],
+            None,
+            &nan,
+            None,
+        );
         assert_eq!(c.failures, 1, "NaN never passes");
     }
 
     #[test]
     fn versions_parse_from_labels() {
-        assert_eq!(Version::parse("naive", Accum::F16).unwrap(), Version::Simt("naive"));
+        assert_eq!(
+            Version::parse("naive", Accum::F16).unwrap(),
+            Version::Simt("naive")
+        );
         let c = &TILE_CONFIGS[0];
-        assert_eq!(Version::parse(&format!("{}_f32", c.name), Accum::F16).unwrap(), Version::Tensor(c, Accum::F32));
-        assert_eq!(Version::parse(c.name, Accum::F16).unwrap(), Version::Tensor(c, Accum::F16));
+        assert_eq!(
+            Version::parse(&format!("{}_f32", c.name), Accum::F16).unwrap(),
+            Version::Tensor(c, Accum::F32)
+        );
+        assert_eq!(
+            Version::parse(c.name, Accum::F16).unwrap(),
+            Version::Tensor(c, Accum::F16)
+        );
         assert!(Version::parse("fastest", Accum::F16).is_err());
     }
 }

@@ -38,7 +38,9 @@ pub fn default_shapes() -> Vec<(String, usize, usize, usize, Layout, bool)> {
 }
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
-    (0..n).map(|_| f16::from_f32(rng.random_range(-1.0..1.0))).collect()
+    (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect()
 }
 
 /// Median time in ms of `f` over enough repetitions for ~`budget_ms` (at least 3), after warm-up.
@@ -61,12 +63,26 @@ fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Resu
 
 /// Runs the table. `versions` empty means every version the GPU runs; SIMT versions skip
 /// squares above `simt_max` (they would take minutes and teach nothing more).
-pub fn run(gpu: &Gpu, versions: &[Version], shapes: &[(String, usize, usize, usize, Layout, bool)], simt_max: usize, out: &mut dyn Write) -> Result<Vec<Row>> {
+pub fn run(
+    gpu: &Gpu,
+    versions: &[Version],
+    shapes: &[(String, usize, usize, usize, Layout, bool)],
+    simt_max: usize,
+    out: &mut dyn Write,
+) -> Result<Vec<Row>> {
     let blas = Cublas::new(gpu)?;
-    let versions = if versions.is_empty() { Version::all_for(gpu) } else { versions.to_vec() };
+    let versions = if versions.is_empty() {
+        Version::all_for(gpu)
+    } else {
+        versions.to_vec()
+    };
     let mut rng = StdRng::seed_from_u64(7);
     let mut rows = Vec::new();
-    writeln!(out, "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>9}", "version", "shape", "M", "N", "K", "time_ms", "TFLOP/s", "%cuBLAS", "max_err")?;
+    writeln!(
+        out,
+        "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>9}",
+        "version", "shape", "M", "N", "K", "time_ms", "TFLOP/s", "%cuBLAS", "max_err"
+    )?;
     for (label, m, n, k, layout, epilogue) in shapes {
         let (m, n, k) = (*m, *n, *k);
         let mut p = Problem::new(m, n, k, *layout);
@@ -77,9 +93,18 @@ pub fn run(gpu: &Gpu, versions: &[Version], shapes: &[(String, usize, usize, usi
         let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
         let mut dc = gpu.zeros::<f16>(p.c_len())?;
         let s = &gpu.stream;
-        let ptrs = Ptrs { a: dptr(&da, s), b: dptr(&db, s), c: dptr(&dc, s), bias: if *epilogue { dptr(&dbias, s) } else { 0 } };
+        let ptrs = Ptrs {
+            a: dptr(&da, s),
+            b: dptr(&db, s),
+            c: dptr(&dc, s),
+            bias: if *epilogue { dptr(&dbias, s) } else { 0 },
+        };
         let bias_host = epilogue.then_some(&bias[..]);
-        let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| (0..512).map(|_| (rng.random_range(0..m), rng.random_range(0..n))).collect());
+        let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
+            (0..512)
+                .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
+                .collect()
+        });
         let budget = 200.0;
 
         // cuBLAS, fp32 compute (the stronger reference), plus the separate epilogue if any.
@@ -93,11 +118,24 @@ pub fn run(gpu: &Gpu, versions: &[Version], shapes: &[(String, usize, usize, usi
                 Ok(())
             })?;
             let got = gpu.download(&dc)?;
-            let c = gemm::check(&p, compute, &a, &b, &[], bias_host, &got, samples.as_deref());
+            let c = gemm::check(
+                &p,
+                compute,
+                &a,
+                &b,
+                &[],
+                bias_host,
+                &got,
+                samples.as_deref(),
+            );
             if compute == Accum::F16 {
                 cublas_ms = ms;
             }
-            let name = format!("cublas_{}{}", compute.suffix(), if *epilogue { "+bias_relu" } else { "" });
+            let name = format!(
+                "cublas_{}{}",
+                compute.suffix(),
+                if *epilogue { "+bias_relu" } else { "" }
+            );
             rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
         }
 
@@ -108,14 +146,31 @@ pub fn run(gpu: &Gpu, versions: &[Version], shapes: &[(String, usize, usize, usi
             gpu.stream.memset_zeros(&mut dc)?;
             let ms = time_ms(gpu, budget, || gemm::launch(gpu, v, &p, ptrs))?;
             let got = gpu.download(&dc)?;
-            let c = gemm::check(&p, accum_of(v), &a, &b, &[], bias_host, &got, samples.as_deref());
+            let c = gemm::check(
+                &p,
+                accum_of(v),
+                &a,
+                &b,
+                &[],
+                bias_host,
+                &got,
+                samples.as_deref(),
+            );
             rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
         }
     }
     Ok(rows)
 }
 
-fn row(out: &mut dyn Write, version: String, shape: &str, p: &Problem, ms: f64, cublas_ms: f64, c: &Check) -> Result<Row> {
+fn row(
+    out: &mut dyn Write,
+    version: String,
+    shape: &str,
+    p: &Problem,
+    ms: f64,
+    cublas_ms: f64,
+    c: &Check,
+) -> Result<Row> {
     let r = Row {
         version,
         shape: shape.to_string(),
@@ -128,22 +183,47 @@ fn row(out: &mut dyn Write, version: String, shape: &str, p: &Problem, ms: f64, 
         max_err: c.max_err,
         ok: c.failures == 0,
     };
-    writeln!(out, "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9.4} {:>8.1} {:>7.0}% {:>9.2e}{}", r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, if r.ok { "" } else { "  WRONG" })?;
+    writeln!(
+        out,
+        "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9.4} {:>8.1} {:>7.0}% {:>9.2e}{}",
+        r.version,
+        r.shape,
+        r.m,
+        r.n,
+        r.k,
+        r.ms,
+        r.tflops,
+        r.vs_cublas,
+        r.max_err,
+        if r.ok { "" } else { "  WRONG" }
+    )?;
     out.flush()?;
     Ok(r)
 }
 
 pub fn write_csv(path: &std::path::Path, rows: &[Row], gpu_name: &str) -> Result<()> {
-    let mut s = String::from("gpu,version,shape,m,n,k,time_ms,tflops,pct_cublas_f16,max_err,correct\n");
+    let mut s =
+        String::from("gpu,version,shape,m,n,k,time_ms,tflops,pct_cublas_f16,max_err,correct\n");
     for r in rows {
-        s += &format!("{gpu_name},{},{},{},{},{},{:.6},{:.3},{:.1},{:.3e},{}\n", r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, r.ok);
+        s += &format!(
+            "{gpu_name},{},{},{},{},{},{:.6},{:.3},{:.1},{:.3e},{}\n",
+            r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, r.ok
+        );
     }
     crate::write_atomic(path, s.as_bytes())
 }
 
 /// All rows correct, or an error naming the wrong ones.
 pub fn ensure_correct(rows: &[Row]) -> Result<()> {
-    let wrong: Vec<_> = rows.iter().filter(|r| !r.ok).map(|r| format!("{} {}", r.version, r.shape)).collect();
-    ensure!(wrong.is_empty(), "results over tolerance: {}", wrong.join(", "));
+    let wrong: Vec<_> = rows
+        .iter()
+        .filter(|r| !r.ok)
+        .map(|r| format!("{} {}", r.version, r.shape))
+        .collect();
+    ensure!(
+        wrong.is_empty(),
+        "results over tolerance: {}",
+        wrong.join(", ")
+    );
     Ok(())
 }

@@ -1,15 +1,18 @@
 //! `host`: train and benchmark with Rust GPU kernels. `host --help` lists the commands.
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
+use gpu::gemm::{Accum, Layout};
 use host::cuda::Gpu;
 use host::gemm::Version;
 use host::{gemm_bench, ptx};
-use gpu::gemm::{Accum, Layout};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(version, about = "Neural-network training with GPU kernels written in Rust")]
+#[command(
+    version,
+    about = "Neural-network training with GPU kernels written in Rust"
+)]
 struct Cli {
     /// GPU to use (CUDA ordinal).
     #[arg(long, global = true, default_value_t = 0)]
@@ -56,7 +59,11 @@ fn parse_accum(s: &str) -> Result<Accum, String> {
 }
 
 fn parse_size(s: &str) -> Result<(String, usize, usize, usize, Layout, bool)> {
-    let d: Vec<usize> = s.split('x').map(|x| x.trim().parse()).collect::<Result<_, _>>().map_err(|_| anyhow::anyhow!("size {s:?} is not MxNxK"))?;
+    let d: Vec<usize> = s
+        .split('x')
+        .map(|x| x.trim().parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| anyhow::anyhow!("size {s:?} is not MxNxK"))?;
     match d[..] {
         [m, n, k] if m > 0 && n > 0 && k > 0 => Ok((s.to_string(), m, n, k, Layout::NN, false)),
         _ => bail!("size {s:?} is not MxNxK with positive dimensions"),
@@ -69,11 +76,21 @@ fn info(gpu: &Gpu) -> Result<()> {
     println!("GPU:                {}", gpu.name()?);
     println!("compute capability: sm_{}", gpu.sm);
     println!("multiprocessors:    {}", gpu.sm_count()?);
-    println!("memory:             {:.1} GiB total, {:.1} GiB free", gib(total), gib(free));
-    println!("shared memory:      {} KiB per block (opt-in)", gpu.max_smem_optin()? / 1024);
+    println!(
+        "memory:             {:.1} GiB total, {:.1} GiB free",
+        gib(total),
+        gib(free)
+    );
+    println!(
+        "shared memory:      {} KiB per block (opt-in)",
+        gpu.max_smem_optin()? / 1024
+    );
     let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
     println!("embedded PTX:       {}", built.join(", "));
-    println!("PTX chosen:         {} (newest not above sm_{})", gpu.ptx.arch, gpu.sm);
+    println!(
+        "PTX chosen:         {} (newest not above sm_{})",
+        gpu.ptx.arch, gpu.sm
+    );
     let kernels = ptx::kernels(gpu.ptx.source);
     println!("kernels ({}):", kernels.len());
     for k in kernels {
@@ -83,9 +100,24 @@ fn info(gpu: &Gpu) -> Result<()> {
 }
 
 fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
-    let versions = a.config.iter().map(|c| Version::parse(c, a.accum)).collect::<Result<Vec<_>>>()?;
-    let shapes = if a.sizes.is_empty() { gemm_bench::default_shapes() } else { a.sizes.iter().map(|s| parse_size(s)).collect::<Result<_>>()? };
-    println!("GEMM ladder on {} ({} PTX); fp16 in/out, time = median of CUDA-event timings", gpu.name()?, gpu.ptx.arch);
+    let versions = a
+        .config
+        .iter()
+        .map(|c| Version::parse(c, a.accum))
+        .collect::<Result<Vec<_>>>()?;
+    let shapes = if a.sizes.is_empty() {
+        gemm_bench::default_shapes()
+    } else {
+        a.sizes
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<Result<_>>()?
+    };
+    println!(
+        "GEMM ladder on {} ({} PTX); fp16 in/out, time = median of CUDA-event timings",
+        gpu.name()?,
+        gpu.ptx.arch
+    );
     let rows = gemm_bench::run(gpu, &versions, &shapes, a.simt_max, &mut std::io::stdout())?;
     if let Some(path) = &a.csv {
         gemm_bench::write_csv(path, &rows, &gpu.name()?)?;

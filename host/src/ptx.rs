@@ -35,9 +35,21 @@ mod tests {
     use super::*;
 
     static LIST: [EmbeddedPtx; 3] = [
-        EmbeddedPtx { arch: "sm_75", sm: 75, source: "" },
-        EmbeddedPtx { arch: "sm_90", sm: 90, source: "" },
-        EmbeddedPtx { arch: "sm_80", sm: 80, source: "" },
+        EmbeddedPtx {
+            arch: "sm_75",
+            sm: 75,
+            source: "",
+        },
+        EmbeddedPtx {
+            arch: "sm_90",
+            sm: 90,
+            source: "",
+        },
+        EmbeddedPtx {
+            arch: "sm_80",
+            sm: 80,
+            source: "",
+        },
     ];
 
     #[test]

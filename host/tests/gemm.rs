@@ -1,16 +1,24 @@
 //! Every GEMM version × configuration × layout against the CPU reference, on shapes that are
 //! not multiples of any tile, with every epilogue option (GPU tests).
+use gpu::gemm::Layout;
 use half::f16;
 use host::cuda::{Gpu, dptr};
 use host::gemm::{self, Problem, Ptrs, Version, accum_of};
-use gpu::gemm::Layout;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-const SHAPES: [(usize, usize, usize); 6] =
-    [(1, 1, 1), (17, 33, 65), (128, 784, 128), (1000, 777, 333), (64, 10, 128), (130, 260, 40)];
+const SHAPES: [(usize, usize, usize); 6] = [
+    (1, 1, 1),
+    (17, 33, 65),
+    (128, 784, 128),
+    (1000, 777, 333),
+    (64, 10, 128),
+    (130, 260, 40),
+];
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
-    (0..n).map(|_| f16::from_f32(rng.random_range(-1.0..1.0))).collect()
+    (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect()
 }
 
 /// Runs `v` on `p` with fresh random operands and a NaN-poisoned C (or a random C when beta≠0),
@@ -19,16 +27,52 @@ fn check_one(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
     let a = random(p.a_len(), rng);
     let b = random(p.b_len(), rng);
     let bias = random(p.n, rng);
-    let c0: Vec<f16> = if p.beta != 0.0 { random(p.c_len(), rng) } else { vec![f16::NAN; p.c_len()] };
-    let (da, db, dbias, dc) = (g.upload(&a).unwrap(), g.upload(&b).unwrap(), g.upload(&bias).unwrap(), g.upload(&c0).unwrap());
+    let c0: Vec<f16> = if p.beta != 0.0 {
+        random(p.c_len(), rng)
+    } else {
+        vec![f16::NAN; p.c_len()]
+    };
+    let (da, db, dbias, dc) = (
+        g.upload(&a).unwrap(),
+        g.upload(&b).unwrap(),
+        g.upload(&bias).unwrap(),
+        g.upload(&c0).unwrap(),
+    );
     let s = &g.stream;
     let with_bias = p.relu; // exercise bias together with ReLU
-    let ptrs = Ptrs { a: dptr(&da, s), b: dptr(&db, s), c: dptr(&dc, s), bias: if with_bias { dptr(&dbias, s) } else { 0 } };
-    p.validate(a.len(), b.len(), c0.len(), Some(bias.len())).unwrap();
+    let ptrs = Ptrs {
+        a: dptr(&da, s),
+        b: dptr(&db, s),
+        c: dptr(&dc, s),
+        bias: if with_bias { dptr(&dbias, s) } else { 0 },
+    };
+    p.validate(a.len(), b.len(), c0.len(), Some(bias.len()))
+        .unwrap();
     gemm::launch(g, v, p, ptrs).unwrap();
     let got = g.download(&dc).unwrap();
-    let c = gemm::check(p, accum_of(v), &a, &b, &c0, with_bias.then_some(&bias[..]), &got, None);
-    assert_eq!(c.failures, 0, "{} {:?} M={} N={} K={} beta={} relu={}: first bad (i, j, got, want) = {:?}", v.label(), p.layout, p.m, p.n, p.k, p.beta, p.relu, c.first_failure);
+    let c = gemm::check(
+        p,
+        accum_of(v),
+        &a,
+        &b,
+        &c0,
+        with_bias.then_some(&bias[..]),
+        &got,
+        None,
+    );
+    assert_eq!(
+        c.failures,
+        0,
+        "{} {:?} M={} N={} K={} beta={} relu={}: first bad (i, j, got, want) = {:?}",
+        v.label(),
+        p.layout,
+        p.m,
+        p.n,
+        p.k,
+        p.beta,
+        p.relu,
+        c.first_failure
+    );
 }
 
 #[test]
@@ -76,5 +120,18 @@ fn epilogues_and_padded_leading_dimensions() {
 fn bad_configs_are_errors() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let p = Problem::new(0, 4, 4, Layout::NN);
-    assert!(gemm::launch(&g, Version::Simt("naive"), &p, Ptrs { a: 0, b: 0, c: 0, bias: 0 }).is_err());
+    assert!(
+        gemm::launch(
+            &g,
+            Version::Simt("naive"),
+            &p,
+            Ptrs {
+                a: 0,
+                b: 0,
+                c: 0,
+                bias: 0
+            }
+        )
+        .is_err()
+    );
 }

@@ -39,7 +39,11 @@ fn block_sum_matches_cpu() {
         let mut dp = g.zeros::<f32>(blocks as usize).unwrap();
         let f = g.function("block_sum").unwrap();
         let n32 = n as u32;
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: threads.div_ceil(32) * 4 };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: threads.div_ceil(32) * 4,
+        };
         let mut l = g.stream.launch_builder(&f);
         l.arg(&dx).arg(&mut dp).arg(&n32);
         unsafe { l.launch(cfg) }.unwrap();
@@ -66,19 +70,29 @@ fn block_sum_matches_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn one_tensor_core_tile_matches_cpu() {
     let g = gpu();
-    let a: Vec<f16> = (0..16 * 8).map(|i| f16::from_f32(((i * 13) % 17) as f32 / 8.0 - 1.0)).collect();
-    let b: Vec<f16> = (0..8 * 8).map(|i| f16::from_f32(((i * 7) % 11) as f32 / 4.0 - 1.25)).collect();
+    let a: Vec<f16> = (0..16 * 8)
+        .map(|i| f16::from_f32(((i * 13) % 17) as f32 / 8.0 - 1.0))
+        .collect();
+    let b: Vec<f16> = (0..8 * 8)
+        .map(|i| f16::from_f32(((i * 7) % 11) as f32 / 4.0 - 1.25))
+        .collect();
     let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
     let mut dd = g.upload(&vec![f32::NAN; 16 * 8]).unwrap();
     let f = g.function("mma_tile").unwrap();
     let mut l = g.stream.launch_builder(&f);
     l.arg(&da).arg(&db).arg(&mut dd);
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (32, 1, 1),
+        shared_mem_bytes: 0,
+    };
     unsafe { l.launch(cfg) }.unwrap();
     let d = g.download(&dd).unwrap();
     for i in 0..16 {
         for j in 0..8 {
-            let want: f32 = (0..8).map(|k| a[i * 8 + k].to_f32() * b[k * 8 + j].to_f32()).sum();
+            let want: f32 = (0..8)
+                .map(|k| a[i * 8 + k].to_f32() * b[k * 8 + j].to_f32())
+                .sum();
             // Products of these fp16 values are exact in fp32, and so are sums of 8 of them.
             assert_eq!(d[i * 8 + j], want, "({i}, {j})");
         }

@@ -176,12 +176,25 @@ mod tests {
             assert_eq!(bm % wm, 0, "{}", c.name);
             assert_eq!(bn % wn, 0, "{}", c.name);
             assert_eq!(wm % 16, 0, "{}: warp M is whole m16 fragments", c.name);
-            assert_eq!(wn % 16, 0, "{}: warp N is whole pairs of n8 fragments", c.name);
+            assert_eq!(
+                wn % 16,
+                0,
+                "{}: warp N is whole pairs of n8 fragments",
+                c.name
+            );
             assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
             assert!(matches!(c.instruction.2, 8 | 16), "{}", c.name);
             assert!(c.stages >= 2, "{}", c.name);
-            assert!(c.is_async() || c.stages == 2, "{}: register staging is double-buffered", c.name);
-            assert!(c.instruction.2 == 8 || c.min_sm >= 80, "{}: m16n8k16 needs sm_80", c.name);
+            assert!(
+                c.is_async() || c.stages == 2,
+                "{}: register staging is double-buffered",
+                c.name
+            );
+            assert!(
+                c.instruction.2 == 8 || c.min_sm >= 80,
+                "{}: m16n8k16 needs sm_80",
+                c.name
+            );
             // Each thread copies whole 16-byte chunks of both tiles, in both storage orientations.
             let chunks_a = bm * bk / 8;
             let chunks_b = bn * bk / 8;
@@ -202,7 +215,10 @@ mod tests {
 
     #[test]
     fn smem_size_counts_every_stage() {
-        let c = TILE_CONFIGS.iter().find(|c| c.name == "tc80_128x128x32_64x64_s4").unwrap();
+        let c = TILE_CONFIGS
+            .iter()
+            .find(|c| c.name == "tc80_128x128x32_64x64_s4")
+            .unwrap();
         assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
         assert_eq!(c.threads(), 128);
     }

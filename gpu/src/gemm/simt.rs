@@ -101,7 +101,10 @@ pub fn regblock<const TA: bool, const TB: bool>(p: Args) {
     // Both tiles stored k-major ([K][64]) so a thread's 4 rows/cols are contiguous.
     let (sa, sb) = (s, unsafe { s.add(RB_K * RB_TILE) });
     let t = thread_x();
-    let (tr, tc) = ((t / (T / R as u32)) * R as u32, (t % (T / R as u32)) * R as u32);
+    let (tr, tc) = (
+        (t / (T / R as u32)) * R as u32,
+        (t % (T / R as u32)) * R as u32,
+    );
     let (i0, j0) = (block_y() * T, block_x() * T);
     let mut acc = [[0.0f32; R]; R];
     let mut k0 = 0;

@@ -74,9 +74,24 @@ struct Tile {
 }
 
 impl Tile {
-    fn new(src: *const u16, ld: u32, rows: u32, cols: u32, tile_rows: usize, row_len: usize) -> Tile {
-        let vector = ld % CHUNK as u32 == 0 && (src as usize) % 16 == 0;
-        Tile { src, ld, rows, cols, vector, tile_rows, row_len }
+    fn new(
+        src: *const u16,
+        ld: u32,
+        rows: u32,
+        cols: u32,
+        tile_rows: usize,
+        row_len: usize,
+    ) -> Tile {
+        let vector = ld.is_multiple_of(CHUNK as u32) && (src as usize).is_multiple_of(16);
+        Tile {
+            src,
+            ld,
+            rows,
+            cols,
+            vector,
+            tile_rows,
+            row_len,
+        }
     }
 
     const fn chunks(&self) -> usize {
@@ -166,13 +181,21 @@ fn store_regs<const N: usize>(t: &Tile, dst: u32, threads: usize, regs: &[[u32; 
 #[inline(always)]
 fn frag_offset(op: Operand, k_contiguous: bool, row_len: usize, mn0: usize, k0: usize) -> u32 {
     let (mn, k) = ldmatrix_lane(lane() as usize, op, k_contiguous);
-    let (row, col) = if k_contiguous { (mn0 + mn, k0 + k) } else { (k0 + k, mn0 + mn) };
+    let (row, col) = if k_contiguous {
+        (mn0 + mn, k0 + k)
+    } else {
+        (k0 + k, mn0 + mn)
+    };
     (swizzled_offset(row, col, row_len) * 2) as u32
 }
 
 #[inline(always)]
 fn ldsm(addr: u32, k_contiguous: bool) -> [u32; 4] {
-    if k_contiguous { ldmatrix_x4(addr) } else { ldmatrix_x4_trans(addr) }
+    if k_contiguous {
+        ldmatrix_x4(addr)
+    } else {
+        ldmatrix_x4_trans(addr)
+    }
 }
 
 /// The tensor-core GEMM. `MI`×`NI` instruction tiles per warp (warp tile `16·MI × 8·NI`), `IK`
@@ -235,10 +258,16 @@ pub fn gemm<
             let mut af = [[0u32; 4]; MI];
             let mut bf = [[0u32; 4]; NI];
             for (mi, f) in af.iter_mut().enumerate() {
-                *f = ldsm(a_stage(s) + frag_offset(Operand::A, ka, rla, wm0 + 16 * mi, kk), ka);
+                *f = ldsm(
+                    a_stage(s) + frag_offset(Operand::A, ka, rla, wm0 + 16 * mi, kk),
+                    ka,
+                );
             }
             for ni in 0..NI / 2 {
-                bf[ni] = ldsm(b_stage(s) + frag_offset(Operand::B, kb, rlb, wn0 + 16 * ni, kk), kb);
+                bf[ni] = ldsm(
+                    b_stage(s) + frag_offset(Operand::B, kb, rlb, wn0 + 16 * ni, kk),
+                    kb,
+                );
             }
             for (mi, a) in af.iter().enumerate() {
                 for ni in 0..NI {
@@ -327,7 +356,12 @@ pub fn gemm<
             let (r, c) = mma_c(lane() as usize, 0);
             let i = bm0 + (wm0 + 16 * mi + r) as u32;
             let j = bn0 + (wn0 + 8 * ni + c) as u32;
-            store_fragment(p, i, j, [frag.get(0), frag.get(1), frag.get(2), frag.get(3)]);
+            store_fragment(
+                p,
+                i,
+                j,
+                [frag.get(0), frag.get(1), frag.get(2), frag.get(3)],
+            );
         }
     }
 }
@@ -336,7 +370,7 @@ pub fn gemm<
 /// at (i+8, j..j+2), through the shared epilogue, skipping what lies outside C.
 #[inline(never)]
 fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
-    let pair = p.ldc % 2 == 0 && (p.c as usize) % 4 == 0;
+    let pair = p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4);
     for (half, i) in [i, i + 8].into_iter().enumerate() {
         if i >= p.m || j >= p.n {
             continue;
