@@ -22,11 +22,14 @@
 
 pub mod gemm;
 pub mod layout;
+pub mod shuffle;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
 #[cfg(target_arch = "nvptx64")]
 mod elementwise;
+#[cfg(target_arch = "nvptx64")]
+mod mlp;
 #[cfg(target_arch = "nvptx64")]
 pub mod mma;
 #[cfg(target_arch = "nvptx64")]

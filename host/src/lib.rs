@@ -2,6 +2,7 @@
 pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;
+pub mod mnist;
 pub mod ptx;
 
 use anyhow::{Context, Result};

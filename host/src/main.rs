@@ -27,6 +27,48 @@ enum Command {
     Info,
     /// Benchmark the GEMM ladder against cuBLAS, checking every result.
     Gemm(GemmArgs),
+    /// Train an MLP on MNIST (or any IDX data set of the same form) with the Rust kernels.
+    Mnist(MnistArgs),
+}
+
+#[derive(clap::Args)]
+struct MnistArgs {
+    /// Directory with train-/t10k- images and labels (IDX, raw or .gz).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Hidden layer widths, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "128")]
+    hidden: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    epochs: usize,
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    #[arg(long, default_value_t = 0.05)]
+    lr: f32,
+    #[arg(long, default_value_t = 0.9)]
+    momentum: f32,
+    #[arg(long, value_enum, default_value = "kaiming")]
+    init: host::mnist::model::Init,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Accumulator of the tensor-core GEMMs.
+    #[arg(long, default_value = "f16", value_parser = parse_accum)]
+    accum: Accum,
+    /// Launch each kernel of a step instead of replaying a captured CUDA graph.
+    #[arg(long)]
+    no_graph: bool,
+    /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.
+    #[arg(long)]
+    config: Option<String>,
+    /// Write per-step loss and per-epoch accuracy as CSV.
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// Write the weights (safetensors, PyTorch-loadable) after every epoch.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Start from saved weights (with --epochs 0: only evaluate them).
+    #[arg(long)]
+    load: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -127,11 +169,43 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    if let Command::Mnist(a) = &cli.command {
+        // Bad flags are reported before the GPU is touched.
+        host::mnist::validate(&mnist_options(a)?)?;
+    }
     let gpu = Gpu::new(cli.device)?;
     match cli.command {
         Command::Info => info(&gpu),
         Command::Gemm(a) => gemm(&gpu, &a),
+        Command::Mnist(a) => host::mnist::train(&gpu, &mnist_options(&a)?).map(|_| ()),
     }
+}
+
+fn mnist_options(a: &MnistArgs) -> Result<host::mnist::Options> {
+    Ok(host::mnist::Options {
+        data: a
+            .data
+            .clone()
+            .unwrap_or_else(host::mnist::data::default_dir),
+        hidden: a.hidden.clone(),
+        epochs: a.epochs,
+        batch: a.batch,
+        lr: a.lr,
+        momentum: a.momentum,
+        init: a.init,
+        seed: a.seed,
+        accum: a.accum,
+        graph: !a.no_graph,
+        config: a
+            .config
+            .as_ref()
+            .map(|c| Version::parse(c, a.accum))
+            .transpose()?,
+        metrics: a.metrics.clone(),
+        save: a.save.clone(),
+        load: a.load.clone(),
+        quiet: false,
+    })
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,211 @@
+//! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
+//! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
+use crate::device::*;
+use crate::shuffle::permute;
+use core::arch::asm;
+
+/// `2^x`, the SFU's approximation (max relative error 2^-22).
+#[inline(always)]
+fn exp2(x: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    r
+}
+
+#[inline(always)]
+fn log2(x: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("lg2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    r
+}
+
+const LOG2_E: f32 = core::f32::consts::LOG2_E;
+const LN_2: f32 = core::f32::consts::LN_2;
+
+/// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn normalize_u8(
+    src: *const u8,
+    dst: *mut u16,
+    n: u32,
+    mean: f32,
+    inv_std: f32,
+) {
+    let mut i = global_x();
+    while i < n {
+        let p = unsafe { *src.add(i as usize) } as f32 / 255.0;
+        unsafe { *dst.add(i as usize) = f2h((p - mean) * inv_std) };
+        i += grid_stride_x();
+    }
+}
+
+/// Copies batch `*step` of this epoch's shuffled order: row `r` is example
+/// `permute(step·batch + r, n, *seed)`. Step and seed are read from device memory so the same
+/// launch can be replayed from a CUDA graph.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn gather_batch(
+    x: *const u16,
+    y: *const u8,
+    n: u32,
+    dim: u32,
+    xb: *mut u16,
+    yb: *mut u8,
+    batch: u32,
+    step: *const u32,
+    seed: *const u32,
+) {
+    let (step, seed) = unsafe { (*step, *seed) };
+    let total = batch * dim;
+    let mut e = global_x();
+    while e < total {
+        let (r, c) = (e / dim, e % dim);
+        let src = permute(step * batch + r, n, seed);
+        unsafe { *xb.add(e as usize) = *x.add((src * dim + c) as usize) };
+        if c == 0 {
+            unsafe { *yb.add(r as usize) = *y.add(src as usize) };
+        }
+        e += grid_stride_x();
+    }
+}
+
+/// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
+/// in one block. Writes the mean loss to `loss[s]`, the number of rows whose arg-max is the label
+/// to `correct[s]`, and, unless `dlogits` is null, `dlogits = (softmax − onehot) · scale`; `s` is
+/// `*step` (so a replayed graph fills one slot per step), or 0 when `step` is null.
+/// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
+/// one f32 of dynamic shared memory per warp.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn softmax_ce(
+    logits: *const u16,
+    ld: u32,
+    labels: *const u8,
+    rows: u32,
+    classes: u32,
+    dlogits: *mut u16,
+    scale: f32,
+    loss: *mut f32,
+    correct: *mut f32,
+    step: *const u32,
+) {
+    let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
+    let mut r = thread_x();
+    while r < rows {
+        let z = unsafe { logits.add((r * ld) as usize) };
+        let label = unsafe { *labels.add(r as usize) } as u32;
+        let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
+        for c in 0..classes {
+            let v = h2f(unsafe { *z.add(c as usize) });
+            if v > max {
+                max = v;
+                arg = c;
+            }
+        }
+        let mut sum = 0.0;
+        for c in 0..classes {
+            sum += exp2((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E);
+        }
+        let zl = h2f(unsafe { *z.add(label as usize) });
+        l_sum += log2(sum) * LN_2 - (zl - max);
+        c_sum += (arg == label) as u32 as f32;
+        if !dlogits.is_null() {
+            let inv = 1.0 / sum;
+            for c in 0..classes {
+                let p = exp2((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
+                let g = (p - (c == label) as u32 as f32) * scale;
+                unsafe { *dlogits.add((r * classes + c) as usize) = f2h(g) };
+            }
+        }
+        r += block_dim_x();
+    }
+    let scratch = dynamic_shared::<f32>();
+    let l_total = unsafe { block_sum_f32(l_sum, scratch) };
+    let c_total = unsafe { block_sum_f32(c_sum, scratch) };
+    if thread_x() == 0 {
+        let s = if step.is_null() {
+            0
+        } else {
+            unsafe { *step as usize }
+        };
+        unsafe {
+            *loss.add(s) = l_total / rows as f32;
+            *correct.add(s) = c_total;
+        }
+    }
+}
+
+/// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix: the bias gradient.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32, db: *mut u16) {
+    let j = global_x();
+    if j < cols {
+        let mut s = 0.0f32;
+        for i in 0..rows {
+            s += h2f(unsafe { *dy.add((i * cols + j) as usize) });
+        }
+        unsafe { *db.add(j as usize) = f2h(s) };
+    }
+}
+
+/// `dh *= (h > 0)`: back through the ReLU that produced `h`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn relu_backward(dh: *mut u16, h: *const u16, n: u32) {
+    let mut i = global_x();
+    while i < n {
+        // fp16 bits: positive non-zero values are 0x0001..=0x7fff (NaN excluded by training checks).
+        let hv = unsafe { *h.add(i as usize) };
+        if hv == 0 || hv & 0x8000 != 0 {
+            unsafe { *dh.add(i as usize) = 0 };
+        }
+        i += grid_stride_x();
+    }
+}
+
+/// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,
+/// `w -= lr·v` on the fp32 master weights, then the fp16 copy the GEMMs read.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn sgd_update(
+    w: *mut f32,
+    w16: *mut u16,
+    g: *const u16,
+    v: *mut f32,
+    n: u32,
+    lr: f32,
+    momentum: f32,
+) {
+    let mut i = global_x();
+    while i < n {
+        let k = i as usize;
+        unsafe {
+            let vel = momentum * *v.add(k) + h2f(*g.add(k));
+            *v.add(k) = vel;
+            let nw = *w.add(k) - lr * vel;
+            *w.add(k) = nw;
+            *w16.add(k) = f2h(nw);
+        }
+        i += grid_stride_x();
+    }
+}
+
+/// Copies fp32 master weights to the fp16 buffer the GEMMs read (after init or load).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn f32_to_f16(src: *const f32, dst: *mut u16, n: u32) {
+    let mut i = global_x();
+    while i < n {
+        unsafe { *dst.add(i as usize) = f2h(*src.add(i as usize)) };
+        i += grid_stride_x();
+    }
+}
+
+/// `*step += 1`, the last node of a captured training step.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn advance_step(step: *mut u32) {
+    if global_x() == 0 {
+        unsafe { *step += 1 };
+    }
+}

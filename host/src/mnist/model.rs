@@ -1,0 +1,310 @@
+//! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
+//! fp32 velocity), activations for a fixed number of rows, all allocated once.
+use crate::cuda::{Gpu, PushKernelArg, dptr, grid_1d};
+use crate::gemm::{self, Problem, Ptrs, Version};
+use anyhow::{Result, ensure};
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use gpu::gemm::{Accum, Layout};
+use half::f16;
+
+/// Weight initialisation schemes (biases start at zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Init {
+    /// He: N(0, 2/fan_in), for ReLU layers.
+    Kaiming,
+    /// Glorot: U(±√(6/(fan_in+fan_out))).
+    Xavier,
+    /// Standard normal N(0, 1), the study's bad example.
+    Normal,
+}
+
+/// Offsets (in elements) of each layer's weight `[out][in]` and bias `[out]` in the flat buffer,
+/// each aligned to 64 elements so the GEMMs take the 16-byte vector path.
+pub fn param_layout(sizes: &[usize]) -> (Vec<(usize, usize)>, usize) {
+    let align = |x: usize| x.div_ceil(64) * 64;
+    let mut off = 0;
+    let mut v = Vec::new();
+    for w in sizes.windows(2) {
+        let wo = off;
+        off = align(off + w[0] * w[1]);
+        let bo = off;
+        off = align(off + w[1]);
+        v.push((wo, bo));
+    }
+    (v, off)
+}
+
+/// Initial fp32 parameters in the flat layout.
+pub fn init_params(sizes: &[usize], init: Init, seed: u64) -> Vec<f32> {
+    use rand::{Rng, SeedableRng};
+    use rand_distr::{Distribution, Normal};
+    let (offs, n) = param_layout(sizes);
+    let mut p = vec![0.0f32; n];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for (l, w) in sizes.windows(2).enumerate() {
+        let (fan_in, fan_out) = (w[0], w[1]);
+        let dst = &mut p[offs[l].0..offs[l].0 + fan_in * fan_out];
+        match init {
+            Init::Kaiming => {
+                let d = Normal::new(0.0, (2.0 / fan_in as f32).sqrt()).unwrap();
+                dst.iter_mut().for_each(|x| *x = d.sample(&mut rng));
+            }
+            Init::Xavier => {
+                let a = (6.0 / (fan_in + fan_out) as f32).sqrt();
+                dst.iter_mut().for_each(|x| *x = rng.random_range(-a..a));
+            }
+            Init::Normal => {
+                let d = Normal::new(0.0, 1.0).unwrap();
+                dst.iter_mut().for_each(|x| *x = d.sample(&mut rng));
+            }
+        }
+    }
+    p
+}
+
+pub struct Mlp<'g> {
+    gpu: &'g Gpu,
+    /// Layer widths, input first: `[784, 128, 10]`.
+    pub sizes: Vec<usize>,
+    pub offsets: Vec<(usize, usize)>,
+    pub n_params: usize,
+    pub w32: CudaSlice<f32>,
+    pub w16: CudaSlice<f16>,
+    pub g16: CudaSlice<f16>,
+    vel: CudaSlice<f32>,
+    /// Output of each layer (`acts[l]` is layer l's output), `rows × width`.
+    acts: Vec<CudaSlice<f16>>,
+    /// Gradient w.r.t. each layer's output.
+    grads: Vec<CudaSlice<f16>>,
+    /// Most rows a forward pass may take.
+    pub rows: usize,
+    acc: Accum,
+    /// GEMM version per layer: forward, weight gradient, input gradient.
+    versions: Vec<[Version; 3]>,
+}
+
+impl<'g> Mlp<'g> {
+    /// Allocates everything a forward/backward over up to `rows` rows needs. `config` forces one
+    /// tensor-core configuration for every GEMM; otherwise each shape gets the host's choice.
+    pub fn new(
+        gpu: &'g Gpu,
+        sizes: &[usize],
+        params: &[f32],
+        rows: usize,
+        acc: Accum,
+        config: Option<Version>,
+    ) -> Result<Mlp<'g>> {
+        ensure!(
+            sizes.len() >= 2 && sizes.iter().all(|&s| s > 0),
+            "layer widths must be positive"
+        );
+        let (offsets, n_params) = param_layout(sizes);
+        ensure!(
+            params.len() == n_params,
+            "parameter buffer holds {} values, the model needs {n_params}",
+            params.len()
+        );
+        let w32 = gpu.upload(params)?;
+        let mut w16 = gpu.zeros::<f16>(n_params)?;
+        let g16 = gpu.zeros::<f16>(n_params)?;
+        let vel = gpu.zeros::<f32>(n_params)?;
+        let f = gpu.function("f32_to_f16")?;
+        let n = n_params as u32;
+        let mut b = gpu.stream.launch_builder(&f);
+        b.arg(&w32).arg(&mut w16).arg(&n);
+        unsafe { b.launch(grid_1d(n_params, 256)) }?;
+        let mut acts = Vec::new();
+        let mut grads = Vec::new();
+        for &w in &sizes[1..] {
+            acts.push(gpu.zeros::<f16>(rows * w)?);
+            grads.push(gpu.zeros::<f16>(rows * w)?);
+        }
+        let pick = |m: usize, n: usize| -> Result<Version> {
+            Ok(match config {
+                Some(v) => v,
+                None => Version::Tensor(gemm::choose_config(gpu, m, n)?, acc),
+            })
+        };
+        let mut versions = Vec::new();
+        for w in sizes.windows(2) {
+            let (i, o) = (w[0], w[1]);
+            versions.push([pick(rows, o)?, pick(o, i)?, pick(rows, i)?]);
+        }
+        Ok(Mlp {
+            gpu,
+            sizes: sizes.to_vec(),
+            offsets,
+            n_params,
+            w32,
+            w16,
+            g16,
+            vel,
+            acts,
+            grads,
+            rows,
+            acc,
+            versions,
+        })
+    }
+
+    pub fn layers(&self) -> usize {
+        self.sizes.len() - 1
+    }
+
+    fn p16(&self, off: usize) -> u64 {
+        dptr(&self.w16, &self.gpu.stream) + 2 * off as u64
+    }
+    fn g16(&self, off: usize) -> u64 {
+        dptr(&self.g16, &self.gpu.stream) + 2 * off as u64
+    }
+
+    /// Logits of the last forward pass (`rows × classes`).
+    pub fn logits(&self) -> u64 {
+        dptr(self.acts.last().unwrap(), &self.gpu.stream)
+    }
+    pub fn dlogits(&self) -> u64 {
+        dptr(self.grads.last().unwrap(), &self.gpu.stream)
+    }
+
+    fn input_of(&self, l: usize, x: u64) -> u64 {
+        if l == 0 {
+            x
+        } else {
+            dptr(&self.acts[l - 1], &self.gpu.stream)
+        }
+    }
+
+    /// Forward over `rows` rows of `x` (fp16, `rows × sizes[0]`): bias and ReLU fused into each
+    /// GEMM's epilogue, no ReLU on the logits.
+    pub fn forward(&self, x: u64, rows: usize) -> Result<()> {
+        ensure!(
+            rows > 0 && rows <= self.rows,
+            "forward over {rows} rows; buffers hold {}",
+            self.rows
+        );
+        for l in 0..self.layers() {
+            let (i, o) = (self.sizes[l], self.sizes[l + 1]);
+            let mut p = Problem::new(rows, o, i, Layout::NT);
+            p.relu = l + 1 < self.layers();
+            let ptrs = Ptrs {
+                a: self.input_of(l, x),
+                b: self.p16(self.offsets[l].0),
+                c: dptr(&self.acts[l], &self.gpu.stream),
+                bias: self.p16(self.offsets[l].1),
+            };
+            gemm::launch(self.gpu, self.versions[l][0], &p, ptrs)?;
+        }
+        Ok(())
+    }
+
+    /// Backward from `dlogits` (already in the last gradient buffer) to every parameter gradient.
+    pub fn backward(&self, x: u64, rows: usize) -> Result<()> {
+        let s = &self.gpu.stream;
+        for l in (0..self.layers()).rev() {
+            let (i, o) = (self.sizes[l], self.sizes[l + 1]);
+            let d = dptr(&self.grads[l], s);
+            // dW = dᵀ · input: M = out, N = in, K = rows.
+            let p = Problem::new(o, i, rows, Layout::TN);
+            gemm::launch(
+                self.gpu,
+                self.versions[l][1],
+                &p,
+                Ptrs {
+                    a: d,
+                    b: self.input_of(l, x),
+                    c: self.g16(self.offsets[l].0),
+                    bias: 0,
+                },
+            )?;
+            let f = self.gpu.function("bias_grad")?;
+            let (r, c, db) = (rows as u32, o as u32, self.g16(self.offsets[l].1));
+            let mut b = s.launch_builder(&f);
+            b.arg(&d).arg(&r).arg(&c).arg(&db);
+            unsafe { b.launch(grid_1d(o, 128)) }?;
+            if l > 0 {
+                // d(input) = d · W: M = rows, N = in, K = out; then back through the ReLU.
+                let p = Problem::new(rows, i, o, Layout::NN);
+                let dprev = dptr(&self.grads[l - 1], s);
+                gemm::launch(
+                    self.gpu,
+                    self.versions[l][2],
+                    &p,
+                    Ptrs {
+                        a: d,
+                        b: self.p16(self.offsets[l].0),
+                        c: dprev,
+                        bias: 0,
+                    },
+                )?;
+                let f = self.gpu.function("relu_backward")?;
+                let (n, h) = ((rows * i) as u32, dptr(&self.acts[l - 1], s));
+                let mut b = s.launch_builder(&f);
+                b.arg(&dprev).arg(&h).arg(&n);
+                unsafe { b.launch(grid_1d(rows * i, 256)) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One SGD step over every parameter, in one launch.
+    pub fn update(&mut self, lr: f32, momentum: f32) -> Result<()> {
+        let f = self.gpu.function("sgd_update")?;
+        let n = self.n_params as u32;
+        let mut b = self.gpu.stream.launch_builder(&f);
+        b.arg(&mut self.w32)
+            .arg(&mut self.w16)
+            .arg(&self.g16)
+            .arg(&mut self.vel)
+            .arg(&n)
+            .arg(&lr)
+            .arg(&momentum);
+        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
+        Ok(())
+    }
+
+    /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss
+    /// and correct count into slot `*step` (or 0) of `loss`/`correct`, and the logits gradient
+    /// (scaled by 1/rows) when `backward`.
+    pub fn loss(
+        &self,
+        labels: u64,
+        rows: usize,
+        backward: bool,
+        loss: u64,
+        correct: u64,
+        step: u64,
+    ) -> Result<()> {
+        let classes = *self.sizes.last().unwrap() as u32;
+        let f = self.gpu.function("softmax_ce")?;
+        let (logits, r) = (self.logits(), rows as u32);
+        let dl = if backward { self.dlogits() } else { 0 };
+        let scale = 1.0 / rows as f32;
+        let mut b = self.gpu.stream.launch_builder(&f);
+        b.arg(&logits)
+            .arg(&classes)
+            .arg(&labels)
+            .arg(&r)
+            .arg(&classes)
+            .arg(&dl)
+            .arg(&scale)
+            .arg(&loss)
+            .arg(&correct)
+            .arg(&step);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 32 * 4,
+        };
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    pub fn accum(&self) -> Accum {
+        self.acc
+    }
+
+    /// The fp32 master weights, in the flat layout.
+    pub fn params(&self) -> Result<Vec<f32>> {
+        self.gpu.download(&self.w32)
+    }
+}
