@@ -58,8 +58,8 @@ pub fn load(path: &Path, sizes: &[usize]) -> Result<Vec<f32>> {
                     t.shape()
                 );
             }
-            for (k, c) in t.data().chunks_exact(4).enumerate() {
-                params[off + k] = f32::from_le_bytes(c.try_into().unwrap());
+            for (k, c) in t.data().as_chunks::<4>().0.iter().enumerate() {
+                params[off + k] = f32::from_le_bytes(*c);
             }
         }
     }
