@@ -31,10 +31,21 @@ pub fn grid_dim_x() -> u32 {
 pub fn global_x() -> u32 {
     block_x() * block_dim_x() + thread_x()
 }
-/// Total threads in the x dimension of the grid (for grid-stride loops).
+/// Total threads in the x dimension of the grid.
 #[inline(always)]
 pub fn grid_stride_x() -> u32 {
     grid_dim_x() * block_dim_x()
+}
+
+/// Calls `f(i)` for every `i < n` this thread owns in a grid-stride loop, so any grid size
+/// covers any `n`.
+#[inline(always)]
+pub fn grid_stride(n: u32, mut f: impl FnMut(u32)) {
+    let mut i = global_x();
+    while i < n {
+        f(i);
+        i += grid_stride_x();
+    }
 }
 #[inline(always)]
 pub fn lane() -> u32 {

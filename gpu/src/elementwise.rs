@@ -12,9 +12,7 @@ pub unsafe extern "ptx-kernel" fn bias_act_f16(
     bias: *const u16,
     relu: u32,
 ) {
-    let total = m * n;
-    let mut e = global_x();
-    while e < total {
+    grid_stride(m * n, |e| {
         let (i, j) = (e / n, e % n);
         let p = unsafe { c.add((i * ldc + j) as usize) };
         let mut v = h2f(unsafe { *p });
@@ -25,6 +23,5 @@ pub unsafe extern "ptx-kernel" fn bias_act_f16(
             v = v.max(0.0);
         }
         unsafe { *p = f2h(v) };
-        e += grid_stride_x();
-    }
+    });
 }

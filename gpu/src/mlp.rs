@@ -35,12 +35,10 @@ pub unsafe extern "ptx-kernel" fn normalize_u8(
     mean: f32,
     inv_std: f32,
 ) {
-    let mut i = global_x();
-    while i < n {
+    grid_stride(n, |i| {
         let p = unsafe { *src.add(i as usize) } as f32 / 255.0;
         unsafe { *dst.add(i as usize) = f2h((p - mean) * inv_std) };
-        i += grid_stride_x();
-    }
+    });
 }
 
 /// Copies batch `*step` of this epoch's shuffled order: row `r` is example
@@ -60,17 +58,14 @@ pub unsafe extern "ptx-kernel" fn gather_batch(
     seed: *const u32,
 ) {
     let (step, seed) = unsafe { (*step, *seed) };
-    let total = batch * dim;
-    let mut e = global_x();
-    while e < total {
+    grid_stride(batch * dim, |e| {
         let (r, c) = (e / dim, e % dim);
         let src = permute(step * batch + r, n, seed);
         unsafe { *xb.add(e as usize) = *x.add((src * dim + c) as usize) };
         if c == 0 {
             unsafe { *yb.add(r as usize) = *y.add(src as usize) };
         }
-        e += grid_stride_x();
-    }
+    });
 }
 
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
@@ -155,15 +150,13 @@ pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32
 /// `dh *= (h > 0)`: back through the ReLU that produced `h`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn relu_backward(dh: *mut u16, h: *const u16, n: u32) {
-    let mut i = global_x();
-    while i < n {
+    grid_stride(n, |i| {
         // fp16 bits: positive non-zero values are 0x0001..=0x7fff (NaN excluded by training checks).
         let hv = unsafe { *h.add(i as usize) };
         if hv == 0 || hv & 0x8000 != 0 {
             unsafe { *dh.add(i as usize) = 0 };
         }
-        i += grid_stride_x();
-    }
+    });
 }
 
 /// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,
@@ -178,8 +171,7 @@ pub unsafe extern "ptx-kernel" fn sgd_update(
     lr: f32,
     momentum: f32,
 ) {
-    let mut i = global_x();
-    while i < n {
+    grid_stride(n, |i| {
         let k = i as usize;
         unsafe {
             let vel = momentum * *v.add(k) + h2f(*g.add(k));
@@ -188,18 +180,15 @@ pub unsafe extern "ptx-kernel" fn sgd_update(
             *w.add(k) = nw;
             *w16.add(k) = f2h(nw);
         }
-        i += grid_stride_x();
-    }
+    });
 }
 
 /// Copies fp32 master weights to the fp16 buffer the GEMMs read (after init or load).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn f32_to_f16(src: *const f32, dst: *mut u16, n: u32) {
-    let mut i = global_x();
-    while i < n {
-        unsafe { *dst.add(i as usize) = f2h(*src.add(i as usize)) };
-        i += grid_stride_x();
-    }
+    grid_stride(n, |i| unsafe {
+        *dst.add(i as usize) = f2h(*src.add(i as usize))
+    });
 }
 
 /// `*step += 1`, the last node of a captured training step.

@@ -6,11 +6,9 @@ use crate::mma::mma_m16n8k8_f32;
 /// `c = a + b` over `n` elements, grid-stride.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn vec_add(a: *const f32, b: *const f32, c: *mut f32, n: u32) {
-    let mut i = global_x();
-    while i < n {
-        unsafe { *c.add(i as usize) = *a.add(i as usize) + *b.add(i as usize) };
-        i += grid_stride_x();
-    }
+    grid_stride(n, |i| unsafe {
+        *c.add(i as usize) = *a.add(i as usize) + *b.add(i as usize)
+    });
 }
 
 /// One partial sum per block of `x[0..n]` into `partial[block]`: warp shuffles, then shared
@@ -18,11 +16,7 @@ pub unsafe extern "ptx-kernel" fn vec_add(a: *const f32, b: *const f32, c: *mut 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn block_sum(x: *const f32, partial: *mut f32, n: u32) {
     let mut v = 0.0;
-    let mut i = global_x();
-    while i < n {
-        v += unsafe { *x.add(i as usize) };
-        i += grid_stride_x();
-    }
+    grid_stride(n, |i| v += unsafe { *x.add(i as usize) });
     let total = unsafe { block_sum_f32(v, dynamic_shared::<f32>()) };
     if thread_x() == 0 {
         unsafe { *partial.add(block_x() as usize) = total };

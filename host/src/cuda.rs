@@ -1,13 +1,14 @@
 //! The CUDA runtime of the host: one device, one stream, the embedded module, typed launches,
 //! device-buffer arenas and event timers.
 use crate::ptx::{self, EmbeddedPtx};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     LaunchConfig, ValidAsZeroBits,
 };
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 pub use cudarc::driver::PushKernelArg;
@@ -116,6 +117,43 @@ impl Gpu {
         Ok(self.stream.clone_dtoh(buf)?)
     }
 
+    /// Copies `data` into `buf` (which must hold at least as many elements) and waits for it.
+    pub fn upload_to<T: DeviceRepr>(&self, buf: Buf<T>, data: &[T]) -> Result<()> {
+        ensure!(
+            data.len() <= buf.len,
+            "copying {} elements into a buffer of {}",
+            data.len(),
+            buf.len
+        );
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(buf.ptr, data, self.stream.cu_stream())
+        }?;
+        self.sync()
+    }
+
+    /// The contents of `buf`, after the work queued before it.
+    pub fn download_buf<T: DeviceRepr + Default + Clone>(&self, buf: Buf<T>) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); buf.len];
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(&mut out, buf.ptr, self.stream.cu_stream())
+        }?;
+        self.sync()?;
+        Ok(out)
+    }
+
+    /// Zeroes `buf` (queued on the stream).
+    pub fn zero<T>(&self, buf: Buf<T>) -> Result<()> {
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                buf.ptr,
+                0,
+                buf.bytes(),
+                self.stream.cu_stream(),
+            )
+        }?;
+        Ok(())
+    }
+
     /// A timer of work on this GPU's stream, by CUDA events.
     pub fn timer(&self) -> Result<Timer> {
         // cudarc's default events have timing disabled.
@@ -125,6 +163,107 @@ impl Gpu {
             end: self.ctx.new_event(timed)?,
             stream: self.stream.clone(),
         })
+    }
+}
+
+/// A typed region of device memory carved from an [`Arena`]: an address and a length. It owns
+/// nothing; the arena it came from must outlive its use.
+pub struct Buf<T> {
+    pub ptr: u64,
+    pub len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T> Clone for Buf<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Buf<T> {}
+
+impl<T> Buf<T> {
+    /// Address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        self.ptr + (i * size_of::<T>()) as u64
+    }
+    pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+}
+
+/// One device allocation made before any work, carved into [`Buf`]s: a run's whole footprint is
+/// known, allocated once, and nothing is allocated or freed while it trains.
+///
+/// Size it by running the same carving code against [`Arena::measuring`] first, then allocate
+/// [`Arena::new`] with the `used()` that reported.
+pub struct Arena {
+    _mem: Option<CudaSlice<u8>>,
+    base: u64,
+    cap: usize,
+    used: usize,
+}
+
+/// Alignment of every region: enough for 16-byte vector access and for coalescing.
+pub const ARENA_ALIGN: usize = 256;
+
+/// Offset of a region of `bytes` after `used` bytes, and the new fill, if it fits in `cap`.
+pub fn carve(used: usize, bytes: usize, cap: usize) -> Option<(usize, usize)> {
+    let off = used.checked_next_multiple_of(ARENA_ALIGN)?;
+    let end = off.checked_add(bytes)?;
+    (end <= cap).then_some((off, end))
+}
+
+impl Arena {
+    /// An arena that hands out addresses but owns no memory: for measuring a footprint.
+    pub fn measuring() -> Arena {
+        Arena {
+            _mem: None,
+            base: 0,
+            cap: usize::MAX,
+            used: 0,
+        }
+    }
+
+    /// Allocates `bytes` of device memory in one piece.
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Arena> {
+        let (free, _) = gpu.mem_info()?;
+        ensure!(
+            bytes <= free,
+            "this run needs {:.1} MiB of device memory; {:.1} MiB are free",
+            bytes as f64 / 1048576.0,
+            free as f64 / 1048576.0
+        );
+        let mem = gpu.zeros::<u8>(bytes.max(1))?;
+        let base = dptr(&mem, &gpu.stream);
+        Ok(Arena {
+            _mem: Some(mem),
+            base,
+            cap: bytes.max(1),
+            used: 0,
+        })
+    }
+
+    pub fn alloc<T>(&mut self, len: usize) -> Result<Buf<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .context("buffer size overflows")?;
+        let (off, used) = carve(self.used, bytes, self.cap).with_context(|| {
+            format!(
+                "arena of {} bytes is full ({} used, {bytes} more asked)",
+                self.cap, self.used
+            )
+        })?;
+        self.used = used;
+        Ok(Buf {
+            ptr: self.base + off as u64,
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    /// Bytes handed out so far, alignment included.
+    pub fn used(&self) -> usize {
+        self.used
     }
 }
 
@@ -159,5 +298,28 @@ impl Timer {
         self.end.record(&self.stream)?;
         self.end.synchronize()?;
         Ok(self.start.elapsed_ms(&self.end)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carving_aligns_and_respects_capacity() {
+        assert_eq!(carve(0, 10, 1000), Some((0, 10)));
+        assert_eq!(carve(10, 10, 1000), Some((256, 266)));
+        assert_eq!(carve(256, 0, 256), Some((256, 256)));
+        assert_eq!(carve(300, 100, 600), None);
+        assert_eq!(carve(usize::MAX - 10, 1, usize::MAX), None);
+    }
+
+    #[test]
+    fn measuring_arena_reports_the_footprint() {
+        let mut a = Arena::measuring();
+        let x = a.alloc::<f32>(3).unwrap();
+        let y = a.alloc::<u16>(1000).unwrap();
+        assert_eq!((x.ptr, x.bytes(), y.ptr, y.at(2)), (0, 12, 256, 260));
+        assert_eq!(a.used(), 256 + 2000);
     }
 }

@@ -91,7 +91,7 @@ pub fn run(
         let b = random(p.b_len(), &mut rng);
         let bias = random(n, &mut rng);
         let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
-        let mut dc = gpu.zeros::<f16>(p.c_len())?;
+        let dc = gpu.zeros::<f16>(p.c_len())?;
         let s = &gpu.stream;
         let ptrs = Ptrs {
             a: dptr(&da, s),
@@ -107,27 +107,36 @@ pub fn run(
         });
         let budget = 200.0;
 
-        // cuBLAS, fp32 compute (the stronger reference), plus the separate epilogue if any.
+        // Times `f`, then checks what it left in C, which is poisoned with NaN (all-ones fp16)
+        // first so that an element the kernel never writes cannot pass.
+        let c_bytes = dc.num_bytes();
+        let measure = |acc: Accum, f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, Check)> {
+            unsafe {
+                cudarc::driver::result::memset_d8_async(
+                    ptrs.c,
+                    0xff,
+                    c_bytes,
+                    gpu.stream.cu_stream(),
+                )
+            }?;
+            let ms = time_ms(gpu, budget, f)?;
+            let got = gpu.download(&dc)?;
+            Ok((
+                ms,
+                gemm::check(&p, acc, &a, &b, &[], bias_host, &got, samples.as_deref()),
+            ))
+        };
+
+        // cuBLAS with fp16 and with fp32 compute, plus the separate epilogue if any.
         let mut cublas_ms = f64::NAN;
         for compute in [Accum::F16, Accum::F32] {
-            let ms = time_ms(gpu, budget, || {
+            let (ms, c) = measure(compute, &mut || {
                 blas.gemm(&p, ptrs, compute)?;
                 if *epilogue {
                     gemm::launch_bias_act(gpu, &p, ptrs.c, ptrs.bias)?;
                 }
                 Ok(())
             })?;
-            let got = gpu.download(&dc)?;
-            let c = gemm::check(
-                &p,
-                compute,
-                &a,
-                &b,
-                &[],
-                bias_host,
-                &got,
-                samples.as_deref(),
-            );
             if compute == Accum::F16 {
                 cublas_ms = ms;
             }
@@ -143,19 +152,7 @@ pub fn run(
             if matches!(v, Version::Simt(_)) && m.max(n).max(k) > simt_max {
                 continue;
             }
-            gpu.stream.memset_zeros(&mut dc)?;
-            let ms = time_ms(gpu, budget, || gemm::launch(gpu, v, &p, ptrs))?;
-            let got = gpu.download(&dc)?;
-            let c = gemm::check(
-                &p,
-                accum_of(v),
-                &a,
-                &b,
-                &[],
-                bias_host,
-                &got,
-                samples.as_deref(),
-            );
+            let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
             rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
         }
     }

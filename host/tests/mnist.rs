@@ -1,7 +1,7 @@
 //! MLP training on the GPU against the CPU reference (GPU tests).
 use gpu::gemm::Accum;
 use half::f16;
-use host::cuda::{Gpu, dptr};
+use host::cuda::{Arena, Gpu, dptr};
 use host::mnist::model::{Init, Mlp, init_params, param_layout};
 use host::mnist::{Options, data, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -43,7 +43,11 @@ fn one_step_gradients_match_cpu_reference() {
                 .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
                 .collect();
             let labels: Vec<u8> = (0..rows).map(|_| rng.random_range(0..10)).collect();
-            let m = Mlp::new(&g, &sizes, &params, rows, acc, None).unwrap();
+            let mut measure = Arena::measuring();
+            Mlp::new(&g, &mut measure, &sizes, rows, acc, None).unwrap();
+            let mut arena = Arena::new(&g, measure.used()).unwrap();
+            let m = Mlp::new(&g, &mut arena, &sizes, rows, acc, None).unwrap();
+            m.set_params(&params).unwrap();
             let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
             let (loss, correct) = (g.zeros::<f32>(1).unwrap(), g.zeros::<f32>(1).unwrap());
             let s = &g.stream;
@@ -59,7 +63,7 @@ fn one_step_gradients_match_cpu_reference() {
             .unwrap();
             m.backward(dptr(&dx, s), rows).unwrap();
             let got: Vec<f32> = g
-                .download(&m.g16)
+                .download_buf(m.g16)
                 .unwrap()
                 .iter()
                 .map(|v| v.to_f32())

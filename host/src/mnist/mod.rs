@@ -5,7 +5,7 @@ pub mod data;
 pub mod model;
 pub mod reference;
 
-use crate::cuda::{Gpu, PushKernelArg, dptr, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::Version;
 use anyhow::{Context, Result, bail, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -48,17 +48,35 @@ pub struct Epoch {
     pub step_losses: Vec<f32>,
 }
 
-/// Copies `u8` pixels to the GPU once and normalises them there into fp16.
-fn upload_images(gpu: &Gpu, pixels: &[u8]) -> Result<cudarc::driver::CudaSlice<f16>> {
+/// Everything a run touches besides the model, carved from the run's arena.
+struct Buffers {
+    x_train: Buf<f16>,
+    y_train: Buf<u8>,
+    x_test: Buf<f16>,
+    y_test: Buf<u8>,
+    /// The current batch, gathered in this epoch's shuffled order.
+    xb: Buf<f16>,
+    yb: Buf<u8>,
+    /// Mean loss and correct count of each step of the epoch.
+    loss_steps: Buf<f32>,
+    correct_steps: Buf<f32>,
+    eval_loss: Buf<f32>,
+    eval_correct: Buf<f32>,
+    /// Step within the epoch and the epoch's shuffle seed, read by the captured step.
+    step: Buf<u32>,
+    seed: Buf<u32>,
+}
+
+/// Normalises `u8` pixels into fp16 on the GPU. The raw pixels pass through a temporary
+/// buffer, freed before training starts.
+fn normalize_into(gpu: &Gpu, pixels: &[u8], dst: Buf<f16>) -> Result<()> {
     let raw = gpu.upload(pixels)?;
-    let mut out = gpu.zeros::<f16>(pixels.len())?;
     let f = gpu.function("normalize_u8")?;
     let (n, mean, inv) = (pixels.len() as u32, MEAN, 1.0 / STD);
     let mut b = gpu.stream.launch_builder(&f);
-    b.arg(&raw).arg(&mut out).arg(&n).arg(&mean).arg(&inv);
+    b.arg(&raw).arg(&dst.ptr).arg(&n).arg(&mean).arg(&inv);
     unsafe { b.launch(grid_1d(pixels.len(), 256)) }?;
-    gpu.sync()?;
-    Ok(out)
+    gpu.sync()
 }
 
 pub fn validate(o: &Options) -> Result<()> {
@@ -97,39 +115,46 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
     };
     let steps = ds.train.count / o.batch; // the last partial batch is dropped
     let eval_rows = ds.test.count.min(8192);
-    let (free_before, _) = gpu.mem_info()?;
-
-    // Everything the run touches, allocated once.
-    let x_train = upload_images(gpu, &ds.train.images)?;
-    let y_train = gpu.upload(&ds.train.labels)?;
-    let x_test = upload_images(gpu, &ds.test.images)?;
-    let y_test = gpu.upload(&ds.test.labels)?;
-    let mut model = Mlp::new(
-        gpu,
-        &sizes,
-        &params,
-        o.batch.max(eval_rows),
-        o.accum,
-        o.config,
-    )?;
-    let mut xb = gpu.zeros::<f16>(o.batch * ds.train.dim)?;
-    let mut yb = gpu.zeros::<u8>(o.batch)?;
-    let loss_steps = gpu.zeros::<f32>(steps)?;
-    let correct_steps = gpu.zeros::<f32>(steps)?;
     let eval_chunks = ds.test.count.div_ceil(eval_rows);
-    let eval_loss = gpu.zeros::<f32>(eval_chunks)?;
-    let eval_correct = gpu.zeros::<f32>(eval_chunks)?;
-    let mut step_ctr = gpu.zeros::<u32>(1)?;
-    let mut seed_buf = gpu.zeros::<u32>(1)?;
-    gpu.sync()?;
+
+    // Everything the run touches comes from one arena, sized by carving it once without memory.
+    let carve_all = |arena: &mut Arena| -> Result<(Buffers, Mlp)> {
+        let b = Buffers {
+            x_train: arena.alloc(ds.train.images.len())?,
+            y_train: arena.alloc(ds.train.count)?,
+            x_test: arena.alloc(ds.test.images.len())?,
+            y_test: arena.alloc(ds.test.count)?,
+            xb: arena.alloc(o.batch * ds.train.dim)?,
+            yb: arena.alloc(o.batch)?,
+            loss_steps: arena.alloc(steps)?,
+            correct_steps: arena.alloc(steps)?,
+            eval_loss: arena.alloc(eval_chunks)?,
+            eval_correct: arena.alloc(eval_chunks)?,
+            step: arena.alloc(1)?,
+            seed: arena.alloc(1)?,
+        };
+        let model = Mlp::new(
+            gpu,
+            arena,
+            &sizes,
+            o.batch.max(eval_rows),
+            o.accum,
+            o.config,
+        )?;
+        Ok((b, model))
+    };
+    let mut measure = Arena::measuring();
+    carve_all(&mut measure)?;
+    let (free_before, _) = gpu.mem_info()?;
+    let mut arena = Arena::new(gpu, measure.used())?;
+    let (b, model) = carve_all(&mut arena)?;
     let (free_after, _) = gpu.mem_info()?;
+    normalize_into(gpu, &ds.train.images, b.x_train)?;
+    gpu.upload_to(b.y_train, &ds.train.labels)?;
+    normalize_into(gpu, &ds.test.images, b.x_test)?;
+    gpu.upload_to(b.y_test, &ds.test.labels)?;
+    model.set_params(&params)?;
     let s = &gpu.stream;
-    let (xb_p, yb_p) = (dptr(&xb, s), dptr(&yb, s));
-    let (ls_p, cs_p, step_p) = (
-        dptr(&loss_steps, s),
-        dptr(&correct_steps, s),
-        dptr(&step_ctr, s),
-    );
 
     if !o.quiet {
         println!(
@@ -156,60 +181,60 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
             },
         );
         println!(
-            "device memory allocated for the run: {:.1} MiB",
-            (free_before.saturating_sub(free_after)) as f64 / 1048576.0
+            "device memory: one arena of {:.1} MiB for the whole run (driver's free memory fell by {:.1} MiB)",
+            measure.used() as f64 / 1048576.0,
+            free_before.saturating_sub(free_after) as f64 / 1048576.0
         );
     }
 
-    // One training step, as a sequence of launches on the stream.
+    // One training step, as a sequence of launches on the stream: nothing is allocated, copied
+    // or synchronised inside it, so it can be captured as a graph.
     let gather = gpu.function("gather_batch")?;
     let advance = gpu.function("advance_step")?;
     let (n_train, dim, batch) = (ds.train.count as u32, ds.train.dim as u32, o.batch as u32);
-    let step = |model: &mut Mlp,
-                xb: &mut cudarc::driver::CudaSlice<f16>,
-                yb: &mut cudarc::driver::CudaSlice<u8>,
-                ctr: &mut cudarc::driver::CudaSlice<u32>,
-                seed: &cudarc::driver::CudaSlice<u32>|
-     -> Result<()> {
-        let mut b = s.launch_builder(&gather);
-        b.arg(&x_train)
-            .arg(&y_train)
+    let step = || -> Result<()> {
+        let mut l = s.launch_builder(&gather);
+        l.arg(&b.x_train.ptr)
+            .arg(&b.y_train.ptr)
             .arg(&n_train)
             .arg(&dim)
-            .arg(&mut *xb)
-            .arg(&mut *yb)
-            .arg(&batch)
-            .arg(&*ctr)
-            .arg(seed);
-        unsafe { b.launch(grid_1d(o.batch * ds.train.dim, 256)) }?;
-        model.forward(xb_p, o.batch)?;
-        model.loss(yb_p, o.batch, true, ls_p, cs_p, step_p)?;
-        model.backward(xb_p, o.batch)?;
+            .arg(&b.xb.ptr)
+            .arg(&b.yb.ptr);
+        l.arg(&batch).arg(&b.step.ptr).arg(&b.seed.ptr);
+        unsafe { l.launch(grid_1d(o.batch * ds.train.dim, 256)) }?;
+        model.forward(b.xb.ptr, o.batch)?;
+        model.loss(
+            b.yb.ptr,
+            o.batch,
+            true,
+            b.loss_steps.ptr,
+            b.correct_steps.ptr,
+            b.step.ptr,
+        )?;
+        model.backward(b.xb.ptr, o.batch)?;
         model.update(o.lr, o.momentum)?;
-        let mut b = s.launch_builder(&advance);
-        b.arg(&mut *ctr);
-        unsafe { b.launch(grid_1d(1, 32)) }?;
+        let mut l = s.launch_builder(&advance);
+        l.arg(&b.step.ptr);
+        unsafe { l.launch(grid_1d(1, 32)) }?;
         Ok(())
     };
 
-    let evaluate = |model: &Mlp| -> Result<(f32, f32)> {
+    let evaluate = || -> Result<(f32, f32)> {
         for c in 0..eval_chunks {
             let start = c * eval_rows;
             let rows = eval_rows.min(ds.test.count - start);
-            let x = dptr(&x_test, s) + (start * ds.test.dim * 2) as u64;
-            model.forward(x, rows)?;
-            let y = dptr(&y_test, s) + start as u64;
+            model.forward(b.x_test.at(start * ds.test.dim), rows)?;
             model.loss(
-                y,
+                b.y_test.at(start),
                 rows,
                 false,
-                dptr(&eval_loss, s) + 4 * c as u64,
-                dptr(&eval_correct, s) + 4 * c as u64,
+                b.eval_loss.at(c),
+                b.eval_correct.at(c),
                 0,
             )?;
         }
-        let l = gpu.download(&eval_loss)?;
-        let c = gpu.download(&eval_correct)?;
+        let l = gpu.download_buf(b.eval_loss)?;
+        let c = gpu.download_buf(b.eval_correct)?;
         let mut loss = 0.0;
         for (k, v) in l.iter().enumerate() {
             loss += v * (eval_rows.min(ds.test.count - k * eval_rows)) as f32;
@@ -222,7 +247,7 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
 
     let mut results = Vec::new();
     if o.epochs == 0 {
-        let (tl, ta) = evaluate(&model)?;
+        let (tl, ta) = evaluate()?;
         println!(
             "evaluation of {}: test loss {tl:.4}, test accuracy {:.2}%",
             o.load.as_ref().unwrap().display(),
@@ -243,20 +268,13 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
     // restoring the initial weights, so the graph and eager runs train identically.
     let mut graph = None;
     if o.graph {
-        s.memcpy_htod(&[0u32], &mut seed_buf)?;
-        s.memcpy_htod(&[0u32], &mut step_ctr)?;
-        step(&mut model, &mut xb, &mut yb, &mut step_ctr, &seed_buf)?;
+        gpu.upload_to(b.seed, &[0])?;
+        gpu.upload_to(b.step, &[0])?;
+        step()?;
+        model.set_params(&params)?;
         gpu.sync()?;
-        model = Mlp::new(
-            gpu,
-            &sizes,
-            &params,
-            o.batch.max(eval_rows),
-            o.accum,
-            o.config,
-        )?;
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let captured = step(&mut model, &mut xb, &mut yb, &mut step_ctr, &seed_buf);
+        let captured = step();
         let g = s.end_capture(CUgraphInstantiate_flags(0))?;
         captured?;
         graph = Some(g.context("stream capture produced no graph")?);
@@ -277,21 +295,20 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
     let mut metrics = String::from("epoch,step,loss,accuracy,time_s\n");
     let start_all = Instant::now();
     for epoch in 1..=o.epochs {
-        s.memcpy_htod(
+        gpu.upload_to(
+            b.seed,
             &[(o.seed as u32)
                 .wrapping_mul(1000)
                 .wrapping_add(epoch as u32)],
-            &mut seed_buf,
         )?;
-        s.memcpy_htod(&[0u32], &mut step_ctr)?;
-        gpu.sync()?;
+        gpu.upload_to(b.step, &[0])?;
         bar.reset();
         bar.set_prefix(epoch.to_string());
         let t0 = Instant::now();
         for k in 0..steps {
             match &graph {
                 Some(g) => g.launch()?,
-                None => step(&mut model, &mut xb, &mut yb, &mut step_ctr, &seed_buf)?,
+                None => step()?,
             }
             // Progress needs the GPU to have caught up; everything else stays on the device.
             if k % 64 == 63 {
@@ -302,7 +319,7 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
         gpu.sync()?;
         let seconds = t0.elapsed().as_secs_f64();
         bar.set_position(steps as u64);
-        let losses = gpu.download(&loss_steps)?;
+        let losses = gpu.download_buf(b.loss_steps)?;
         if let Some(bad) = losses.iter().position(|l| !l.is_finite()) {
             bar.abandon();
             let kept = o
@@ -316,7 +333,7 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
             );
         }
         let train_loss = losses.iter().sum::<f32>() / steps as f32;
-        let (test_loss, test_accuracy) = evaluate(&model)?;
+        let (test_loss, test_accuracy) = evaluate()?;
         bar.finish_and_clear();
         if !o.quiet {
             println!(

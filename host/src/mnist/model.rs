@@ -1,9 +1,9 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
-use crate::cuda::{Gpu, PushKernelArg, dptr, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, Version};
 use anyhow::{Result, ensure};
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
 use half::f16;
 
@@ -68,14 +68,14 @@ pub struct Mlp<'g> {
     pub sizes: Vec<usize>,
     pub offsets: Vec<(usize, usize)>,
     pub n_params: usize,
-    pub w32: CudaSlice<f32>,
-    pub w16: CudaSlice<f16>,
-    pub g16: CudaSlice<f16>,
-    vel: CudaSlice<f32>,
+    pub w32: Buf<f32>,
+    pub w16: Buf<f16>,
+    pub g16: Buf<f16>,
+    vel: Buf<f32>,
     /// Output of each layer (`acts[l]` is layer l's output), `rows × width`.
-    acts: Vec<CudaSlice<f16>>,
+    acts: Vec<Buf<f16>>,
     /// Gradient w.r.t. each layer's output.
-    grads: Vec<CudaSlice<f16>>,
+    grads: Vec<Buf<f16>>,
     /// Most rows a forward pass may take.
     pub rows: usize,
     acc: Accum,
@@ -84,12 +84,13 @@ pub struct Mlp<'g> {
 }
 
 impl<'g> Mlp<'g> {
-    /// Allocates everything a forward/backward over up to `rows` rows needs. `config` forces one
-    /// tensor-core configuration for every GEMM; otherwise each shape gets the host's choice.
+    /// Carves from `arena` everything a forward/backward over up to `rows` rows needs; the
+    /// parameters are set by [`Mlp::set_params`]. `config` forces one tensor-core configuration
+    /// for every GEMM; otherwise each shape gets the host's choice.
     pub fn new(
         gpu: &'g Gpu,
+        arena: &mut Arena,
         sizes: &[usize],
-        params: &[f32],
         rows: usize,
         acc: Accum,
         config: Option<Version>,
@@ -99,25 +100,13 @@ impl<'g> Mlp<'g> {
             "layer widths must be positive"
         );
         let (offsets, n_params) = param_layout(sizes);
-        ensure!(
-            params.len() == n_params,
-            "parameter buffer holds {} values, the model needs {n_params}",
-            params.len()
-        );
-        let w32 = gpu.upload(params)?;
-        let mut w16 = gpu.zeros::<f16>(n_params)?;
-        let g16 = gpu.zeros::<f16>(n_params)?;
-        let vel = gpu.zeros::<f32>(n_params)?;
-        let f = gpu.function("f32_to_f16")?;
-        let n = n_params as u32;
-        let mut b = gpu.stream.launch_builder(&f);
-        b.arg(&w32).arg(&mut w16).arg(&n);
-        unsafe { b.launch(grid_1d(n_params, 256)) }?;
+        let (w32, w16) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
+        let (g16, vel) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
         let mut acts = Vec::new();
         let mut grads = Vec::new();
         for &w in &sizes[1..] {
-            acts.push(gpu.zeros::<f16>(rows * w)?);
-            grads.push(gpu.zeros::<f16>(rows * w)?);
+            acts.push(arena.alloc(rows * w)?);
+            grads.push(arena.alloc(rows * w)?);
         }
         let pick = |m: usize, n: usize| -> Result<Version> {
             Ok(match config {
@@ -147,31 +136,45 @@ impl<'g> Mlp<'g> {
         })
     }
 
+    /// Sets the fp32 master weights (and their fp16 copy) and clears the momentum.
+    pub fn set_params(&self, params: &[f32]) -> Result<()> {
+        ensure!(
+            params.len() == self.n_params,
+            "parameter buffer holds {} values, the model needs {}",
+            params.len(),
+            self.n_params
+        );
+        self.gpu.upload_to(self.w32, params)?;
+        self.gpu.zero(self.vel)?;
+        let f = self.gpu.function("f32_to_f16")?;
+        let n = self.n_params as u32;
+        let mut b = self.gpu.stream.launch_builder(&f);
+        b.arg(&self.w32.ptr).arg(&self.w16.ptr).arg(&n);
+        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
+        Ok(())
+    }
+
     pub fn layers(&self) -> usize {
         self.sizes.len() - 1
     }
 
     fn p16(&self, off: usize) -> u64 {
-        dptr(&self.w16, &self.gpu.stream) + 2 * off as u64
+        self.w16.at(off)
     }
     fn g16(&self, off: usize) -> u64 {
-        dptr(&self.g16, &self.gpu.stream) + 2 * off as u64
+        self.g16.at(off)
     }
 
     /// Logits of the last forward pass (`rows × classes`).
     pub fn logits(&self) -> u64 {
-        dptr(self.acts.last().unwrap(), &self.gpu.stream)
+        self.acts.last().unwrap().ptr
     }
     pub fn dlogits(&self) -> u64 {
-        dptr(self.grads.last().unwrap(), &self.gpu.stream)
+        self.grads.last().unwrap().ptr
     }
 
     fn input_of(&self, l: usize, x: u64) -> u64 {
-        if l == 0 {
-            x
-        } else {
-            dptr(&self.acts[l - 1], &self.gpu.stream)
-        }
+        if l == 0 { x } else { self.acts[l - 1].ptr }
     }
 
     /// Forward over `rows` rows of `x` (fp16, `rows × sizes[0]`): bias and ReLU fused into each
@@ -189,7 +192,7 @@ impl<'g> Mlp<'g> {
             let ptrs = Ptrs {
                 a: self.input_of(l, x),
                 b: self.p16(self.offsets[l].0),
-                c: dptr(&self.acts[l], &self.gpu.stream),
+                c: self.acts[l].ptr,
                 bias: self.p16(self.offsets[l].1),
             };
             gemm::launch(self.gpu, self.versions[l][0], &p, ptrs)?;
@@ -202,7 +205,7 @@ impl<'g> Mlp<'g> {
         let s = &self.gpu.stream;
         for l in (0..self.layers()).rev() {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-            let d = dptr(&self.grads[l], s);
+            let d = self.grads[l].ptr;
             // dW = dᵀ · input: M = out, N = in, K = rows.
             let p = Problem::new(o, i, rows, Layout::TN);
             gemm::launch(
@@ -224,7 +227,7 @@ impl<'g> Mlp<'g> {
             if l > 0 {
                 // d(input) = d · W: M = rows, N = in, K = out; then back through the ReLU.
                 let p = Problem::new(rows, i, o, Layout::NN);
-                let dprev = dptr(&self.grads[l - 1], s);
+                let dprev = self.grads[l - 1].ptr;
                 gemm::launch(
                     self.gpu,
                     self.versions[l][2],
@@ -237,7 +240,7 @@ impl<'g> Mlp<'g> {
                     },
                 )?;
                 let f = self.gpu.function("relu_backward")?;
-                let (n, h) = ((rows * i) as u32, dptr(&self.acts[l - 1], s));
+                let (n, h) = ((rows * i) as u32, self.acts[l - 1].ptr);
                 let mut b = s.launch_builder(&f);
                 b.arg(&dprev).arg(&h).arg(&n);
                 unsafe { b.launch(grid_1d(rows * i, 256)) }?;
@@ -247,14 +250,14 @@ impl<'g> Mlp<'g> {
     }
 
     /// One SGD step over every parameter, in one launch.
-    pub fn update(&mut self, lr: f32, momentum: f32) -> Result<()> {
+    pub fn update(&self, lr: f32, momentum: f32) -> Result<()> {
         let f = self.gpu.function("sgd_update")?;
         let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
-        b.arg(&mut self.w32)
-            .arg(&mut self.w16)
-            .arg(&self.g16)
-            .arg(&mut self.vel)
+        b.arg(&self.w32.ptr)
+            .arg(&self.w16.ptr)
+            .arg(&self.g16.ptr)
+            .arg(&self.vel.ptr)
             .arg(&n)
             .arg(&lr)
             .arg(&momentum);
@@ -305,6 +308,6 @@ impl<'g> Mlp<'g> {
 
     /// The fp32 master weights, in the flat layout.
     pub fn params(&self) -> Result<Vec<f32>> {
-        self.gpu.download(&self.w32)
+        self.gpu.download_buf(self.w32)
     }
 }
