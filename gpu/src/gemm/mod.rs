@@ -113,7 +113,10 @@ macro_rules! tile_configs {
             (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 8, 2, 75),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
             (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 3, 80),
+            (tc80_128x256x64_64x64_s3, 128, 256, 64, 64, 64, 16, 3, 80),
             (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 4, 80),
+            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 3, 80),
+            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 4, 80),
             (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 4, 80),
         }
     };
@@ -183,6 +186,7 @@ mod tests {
                 c.name
             );
             assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
+            assert!(bk <= 64, "{}: fragment offsets are kept for at most 4 k steps", c.name);
             assert!(matches!(c.instruction.2, 8 | 16), "{}", c.name);
             assert!(c.stages >= 2, "{}", c.name);
             assert!(

@@ -252,24 +252,42 @@ pub fn gemm<
     let mut acc = [[A::ZERO; NI]; MI];
     let ktiles = p.k.div_ceil(BK as u32) as usize;
 
+    // Shared-memory byte offsets at which this lane points ldmatrix, per fragment and per
+    // 16-wide k step of a slice (at most 4: BK ≤ 64): fixed for the whole kernel, so the
+    // swizzle arithmetic stays out of the main loop.
+    let ksteps = BK / 16;
+    let mut a_off = [[0u32; 4]; MI];
+    let mut b_off = [[0u32; 4]; NI];
+    for ks in 0..ksteps {
+        for mi in 0..MI {
+            a_off[mi][ks] = frag_offset(Operand::A, ka, rla, wm0 + 16 * mi, 16 * ks);
+        }
+        for q in 0..NI / 2 {
+            b_off[q][ks] = frag_offset(Operand::B, kb, rlb, wn0 + 16 * q, 16 * ks);
+        }
+    }
+    // Fragments of one k step: A per m-fragment, B per pair of n-fragments.
+    let load = |s: usize, ks: usize| {
+        let mut af = [[0u32; 4]; MI];
+        let mut bf = [[0u32; 4]; NI];
+        for mi in 0..MI {
+            af[mi] = ldsm(a_stage(s) + a_off[mi][ks], ka);
+        }
+        for q in 0..NI / 2 {
+            bf[q] = ldsm(b_stage(s) + b_off[q][ks], kb);
+        }
+        (af, bf)
+    };
+    // The k steps of one slice, with the fragments of step ks+1 loaded while step ks's mma run.
     let compute = |acc: &mut [[A; NI]; MI], s: usize| {
-        let mut kk = 0;
-        while kk < BK {
-            let mut af = [[0u32; 4]; MI];
-            let mut bf = [[0u32; 4]; NI];
-            for (mi, f) in af.iter_mut().enumerate() {
-                *f = ldsm(
-                    a_stage(s) + frag_offset(Operand::A, ka, rla, wm0 + 16 * mi, kk),
-                    ka,
-                );
+        let mut frags = [load(s, 0), ([[0u32; 4]; MI], [[0u32; 4]; NI])];
+        for ks in 0..ksteps {
+            if ks + 1 < ksteps {
+                frags[(ks + 1) % 2] = load(s, ks + 1);
             }
-            for ni in 0..NI / 2 {
-                bf[ni] = ldsm(
-                    b_stage(s) + frag_offset(Operand::B, kb, rlb, wn0 + 16 * ni, kk),
-                    kb,
-                );
-            }
-            for (mi, a) in af.iter().enumerate() {
+            let (af, bf) = &frags[ks % 2];
+            for mi in 0..MI {
+                let a = &af[mi];
                 for ni in 0..NI {
                     // ldmatrix.x4 of B gave [b0, b1] of n-fragment 2·q, then of 2·q + 1.
                     let b = &bf[ni / 2];
@@ -282,7 +300,6 @@ pub fn gemm<
                     }
                 }
             }
-            kk += 16;
         }
     };
 
