@@ -22,7 +22,11 @@
 
 pub mod gemm;
 pub mod layout;
+pub mod philox;
 pub mod shuffle;
+
+/// Threads per block of the regression kernels (their grid-stride partial sums assume it).
+pub const REGRESSION_THREADS: u32 = 256;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod device;
@@ -32,6 +36,8 @@ mod elementwise;
 mod mlp;
 #[cfg(target_arch = "nvptx64")]
 pub mod mma;
+#[cfg(target_arch = "nvptx64")]
+mod regression;
 #[cfg(target_arch = "nvptx64")]
 mod smoke;
 

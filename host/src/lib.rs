@@ -4,6 +4,7 @@ pub mod gemm;
 pub mod gemm_bench;
 pub mod mnist;
 pub mod ptx;
+pub mod regression;
 
 use anyhow::{Context, Result};
 use std::path::Path;

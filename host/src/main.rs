@@ -27,8 +27,49 @@ enum Command {
     Info,
     /// Benchmark the GEMM ladder against cuBLAS, checking every result.
     Gemm(GemmArgs),
+    /// Linear regression y = w·x + b by full-batch gradient descent: the four variants, timed.
+    Regression(RegressionArgs),
     /// Train an MLP on MNIST (or any IDX data set of the same form) with the Rust kernels.
     Mnist(MnistArgs),
+}
+
+#[derive(clap::Args)]
+struct RegressionArgs {
+    /// Data points (80% train, 20% test).
+    #[arg(long, default_value_t = 5_000_000)]
+    points: usize,
+    #[arg(long, default_value_t = 200)]
+    epochs: usize,
+    #[arg(long, default_value_t = 0.01)]
+    lr: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u32,
+    /// Standard deviation of the Gaussian noise added to y.
+    #[arg(long, default_value_t = 1.0)]
+    noise: f32,
+    /// True slope of the generated data.
+    #[arg(long, default_value_t = 2.0)]
+    w: f32,
+    /// True intercept of the generated data.
+    #[arg(long, default_value_t = 1.0)]
+    b: f32,
+    /// Run only this variant (default: all four).
+    #[arg(long, value_enum)]
+    variant: Option<host::regression::Variant>,
+    /// Streams of the `streams` variant.
+    #[arg(long, default_value_t = 4)]
+    streams: usize,
+    /// Write a Chrome trace (Perfetto) of one run of the chosen variant (default: unfused).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Time every variant at 1M, 5M, 10M, 50M and 100M points (or --sweep-points).
+    #[arg(long)]
+    sweep: bool,
+    #[arg(long, value_delimiter = ',')]
+    sweep_points: Vec<usize>,
+    /// Write the results as CSV.
+    #[arg(long)]
+    csv: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -169,16 +210,135 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    if let Command::Mnist(a) = &cli.command {
-        // Bad flags are reported before the GPU is touched.
-        host::mnist::validate(&mnist_options(a)?)?;
+    // Bad flags are reported before the GPU is touched.
+    match &cli.command {
+        Command::Mnist(a) => host::mnist::validate(&mnist_options(a)?)?,
+        Command::Regression(a) => host::regression::validate(&regression_options(a, a.points))?,
+        _ => {}
     }
     let gpu = Gpu::new(cli.device)?;
     match cli.command {
         Command::Info => info(&gpu),
         Command::Gemm(a) => gemm(&gpu, &a),
+        Command::Regression(a) => regression(&gpu, &a),
         Command::Mnist(a) => host::mnist::train(&gpu, &mnist_options(&a)?).map(|_| ()),
     }
+}
+
+fn regression_options(a: &RegressionArgs, points: usize) -> host::regression::Options {
+    host::regression::Options {
+        points,
+        epochs: a.epochs,
+        lr: a.lr,
+        seed: a.seed,
+        noise: a.noise,
+        w: a.w,
+        b: a.b,
+        streams: a.streams,
+    }
+}
+
+fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
+    use host::regression::{self as r, Regression, Variant};
+    let variants: Vec<Variant> = a
+        .variant
+        .map(|v| vec![v])
+        .unwrap_or_else(|| Variant::ALL.to_vec());
+    let sizes = match (a.sweep, a.sweep_points.is_empty()) {
+        (true, true) => vec![1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000],
+        (true, false) => a.sweep_points.clone(),
+        (false, _) => vec![a.points],
+    };
+    let bw = r::copy_bandwidth(gpu)?;
+    println!(
+        "linear regression on {}: {} epochs, lr {}, init w={} b={}, data y = {}·x + {} + N(0, {}²), seed {}",
+        gpu.name()?,
+        a.epochs,
+        a.lr,
+        r::W0,
+        r::B0,
+        a.w,
+        a.b,
+        a.noise,
+        a.seed
+    );
+    println!(
+        "device-to-device copy bandwidth (read + write): {:.0} GB/s",
+        bw / 1e9
+    );
+    let mut csv = String::from(r::CSV_HEADER);
+    for &n in &sizes {
+        let o = regression_options(a, n);
+        let reg = Regression::new(gpu, &o)?;
+        let roof = r::roofline_ms(reg.n_train, a.epochs, bw);
+        println!(
+            "\n{n} points ({} train, {} test); roofline {roof:.3} ms ({} epochs × 8 B × {} train points at the copy bandwidth)",
+            reg.n_train, reg.n_test, a.epochs, reg.n_train
+        );
+        println!(
+            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10}",
+            "variant", "total_ms", "ms/epoch", "w", "b", "train_loss", "test_loss", "×roofline"
+        );
+        let mut outcomes = Vec::new();
+        for &v in &variants {
+            reg.run(v, None)?; // warm-up (module load, graph instantiation paths)
+            let out = reg.run(v, None)?;
+            println!(
+                "{:<8} {:>10.3} {:>10.4} {:>10.6} {:>10.6} {:>12.6} {:>12.6} {:>10.2}",
+                v.name(),
+                out.ms,
+                out.ms / a.epochs as f64,
+                out.w,
+                out.b,
+                out.train_loss,
+                out.test_loss,
+                out.ms / roof
+            );
+            csv += &r::csv_row(n, &out, a.epochs, roof);
+            outcomes.push(out);
+        }
+        let same = outcomes
+            .windows(2)
+            .all(|p| p[0].w == p[1].w && p[0].b == p[1].b && p[0].history == p[1].history);
+        if outcomes.len() > 1 {
+            println!(
+                "all variants computed the same w, b and loss history: {}",
+                if same { "yes" } else { "NO" }
+            );
+            anyhow::ensure!(
+                same,
+                "variants disagree: {:?}",
+                outcomes
+                    .iter()
+                    .map(|o| (o.variant.name(), o.w, o.b))
+                    .collect::<Vec<_>>()
+            );
+        }
+        if !a.sweep {
+            let ops = reg.op_times()?;
+            let line: Vec<String> = ops
+                .iter()
+                .map(|(op, ms)| format!("{op} {ms:.4} ms"))
+                .collect();
+            println!("per-op time of one unfused epoch: {}", line.join(", "));
+        }
+        if let Some(path) = &a.trace {
+            let v = a.variant.unwrap_or(Variant::Unfused);
+            let mut t = r::Trace::default();
+            reg.run(v, Some(&mut t))?;
+            t.write_chrome(path, v.name())?;
+            println!(
+                "wrote a Chrome trace of the {} variant to {}",
+                v.name(),
+                path.display()
+            );
+        }
+    }
+    if let Some(path) = &a.csv {
+        host::write_atomic(path, csv.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn mnist_options(a: &MnistArgs) -> Result<host::mnist::Options> {

@@ -186,7 +186,11 @@ mod tests {
                 c.name
             );
             assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
-            assert!(bk <= 64, "{}: fragment offsets are kept for at most 4 k steps", c.name);
+            assert!(
+                bk <= 64,
+                "{}: fragment offsets are kept for at most 4 k steps",
+                c.name
+            );
             assert!(matches!(c.instruction.2, 8 | 16), "{}", c.name);
             assert!(c.stages >= 2, "{}", c.name);
             assert!(
