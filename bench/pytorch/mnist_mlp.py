@@ -95,9 +95,9 @@ def main():
         def run():
             # max-autotune replays CUDA graphs whose outputs are overwritten by the next step.
             torch.compiler.cudagraph_mark_step_begin()
+            opt.zero_grad(set_to_none=True)  # gradients of the last replay are not touched again
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = F.cross_entropy(compiled(xb), yb)
-            opt.zero_grad(set_to_none=False)
             loss.backward()
             opt.step()
             return loss.detach().clone()
