@@ -2,6 +2,8 @@
 pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;
+pub mod iris;
+pub mod mlp;
 pub mod mnist;
 pub mod ptx;
 pub mod regression;

@@ -31,6 +31,8 @@ enum Command {
     Regression(RegressionArgs),
     /// Train an MLP on MNIST (or any IDX data set of the same form) with the Rust kernels.
     Mnist(MnistArgs),
+    /// Train an MLP (4-5-3 by default) on Iris, embedded in the binary.
+    Iris(IrisArgs),
 }
 
 #[derive(clap::Args)]
@@ -74,22 +76,37 @@ struct RegressionArgs {
 
 #[derive(clap::Args)]
 struct MnistArgs {
-    /// Directory with train-/t10k- images and labels (IDX, raw or .gz).
+    /// Directory with train-/t10k- images and labels (IDX, raw or .gz). Default: data/mnist.
     #[arg(long)]
     data: Option<PathBuf>,
+    #[command(flatten)]
+    train: TrainArgs,
+}
+
+#[derive(clap::Args)]
+struct IrisArgs {
+    #[command(flatten)]
+    train: TrainArgs,
+}
+
+/// Training flags shared by `mnist` and `iris`; unset ones take the data set's defaults
+/// (MNIST: 128, 10 epochs, batch 128, lr 0.05; Iris: 5, 100 epochs, batch 16, lr 0.05).
+#[derive(clap::Args)]
+struct TrainArgs {
     /// Hidden layer widths, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "128")]
+    #[arg(long, value_delimiter = ',')]
     hidden: Vec<usize>,
-    #[arg(long, default_value_t = 10)]
-    epochs: usize,
-    #[arg(long, default_value_t = 128)]
-    batch: usize,
-    #[arg(long, default_value_t = 0.05)]
-    lr: f32,
+    #[arg(long)]
+    epochs: Option<usize>,
+    #[arg(long)]
+    batch: Option<usize>,
+    #[arg(long)]
+    lr: Option<f32>,
     #[arg(long, default_value_t = 0.9)]
     momentum: f32,
     #[arg(long, value_enum, default_value = "kaiming")]
-    init: host::mnist::model::Init,
+    init: host::mlp::model::Init,
+    /// Seed of the initial weights, the shuffles and (Iris) the split.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Accumulator of the tensor-core GEMMs.
@@ -110,7 +127,34 @@ struct MnistArgs {
     /// Start from saved weights (with --epochs 0: only evaluate them).
     #[arg(long)]
     load: Option<PathBuf>,
+    /// Print one line every this many epochs.
+    #[arg(long)]
+    print_every: Option<usize>,
 }
+
+/// Defaults of one data set for the flags left unset.
+struct TrainDefaults {
+    hidden: usize,
+    epochs: usize,
+    batch: usize,
+    lr: f32,
+    print_every: usize,
+}
+
+const MNIST_DEFAULTS: TrainDefaults = TrainDefaults {
+    hidden: 128,
+    epochs: 10,
+    batch: 128,
+    lr: 0.05,
+    print_every: 1,
+};
+const IRIS_DEFAULTS: TrainDefaults = TrainDefaults {
+    hidden: 5,
+    epochs: 100,
+    batch: 16,
+    lr: 0.05,
+    print_every: 10,
+};
 
 #[derive(clap::Args)]
 struct GemmArgs {
@@ -212,7 +256,8 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
 fn run(cli: Cli) -> Result<()> {
     // Bad flags are reported before the GPU is touched.
     match &cli.command {
-        Command::Mnist(a) => host::mnist::validate(&mnist_options(a)?)?,
+        Command::Mnist(a) => host::mlp::validate(&train_options(&a.train, &MNIST_DEFAULTS)?)?,
+        Command::Iris(a) => host::mlp::validate(&train_options(&a.train, &IRIS_DEFAULTS)?)?,
         Command::Regression(a) => host::regression::validate(&regression_options(a, a.points))?,
         _ => {}
     }
@@ -221,7 +266,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Info => info(&gpu),
         Command::Gemm(a) => gemm(&gpu, &a),
         Command::Regression(a) => regression(&gpu, &a),
-        Command::Mnist(a) => host::mnist::train(&gpu, &mnist_options(&a)?).map(|_| ()),
+        Command::Mnist(a) => {
+            let ds = host::mnist::load(&a.data.clone().unwrap_or_else(host::mnist::default_dir))?;
+            host::mlp::train(&gpu, &train_options(&a.train, &MNIST_DEFAULTS)?, &ds).map(|_| ())
+        }
+        Command::Iris(a) => {
+            let ds = host::iris::load(host::iris::CSV, a.train.seed)?;
+            host::mlp::train(&gpu, &train_options(&a.train, &IRIS_DEFAULTS)?, &ds).map(|_| ())
+        }
     }
 }
 
@@ -341,16 +393,16 @@ fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
     Ok(())
 }
 
-fn mnist_options(a: &MnistArgs) -> Result<host::mnist::Options> {
-    Ok(host::mnist::Options {
-        data: a
-            .data
-            .clone()
-            .unwrap_or_else(host::mnist::data::default_dir),
-        hidden: a.hidden.clone(),
-        epochs: a.epochs,
-        batch: a.batch,
-        lr: a.lr,
+fn train_options(a: &TrainArgs, d: &TrainDefaults) -> Result<host::mlp::Options> {
+    Ok(host::mlp::Options {
+        hidden: if a.hidden.is_empty() {
+            vec![d.hidden]
+        } else {
+            a.hidden.clone()
+        },
+        epochs: a.epochs.unwrap_or(d.epochs),
+        batch: a.batch.unwrap_or(d.batch),
+        lr: a.lr.unwrap_or(d.lr),
         momentum: a.momentum,
         init: a.init,
         seed: a.seed,
@@ -365,6 +417,7 @@ fn mnist_options(a: &MnistArgs) -> Result<host::mnist::Options> {
         save: a.save.clone(),
         load: a.load.clone(),
         quiet: false,
+        print_every: a.print_every.unwrap_or(d.print_every),
     })
 }
 

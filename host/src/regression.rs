@@ -561,7 +561,10 @@ mod tests {
         let y: Vec<f32> = x.iter().map(|v| 2.0 * v + 1.0).collect();
         let (w, b, h) = reference(&x, &y, 5000, 0.01);
         assert!((w - 2.0).abs() < 1e-6 && (b - 1.0).abs() < 1e-5, "{w} {b}");
-        assert!(h[..1000].windows(2).all(|p| p[1] <= p[0]), "loss falls until rounding dominates");
+        assert!(
+            h[..1000].windows(2).all(|p| p[1] <= p[0]),
+            "loss falls until rounding dominates"
+        );
     }
 
     #[test]

@@ -2,13 +2,12 @@
 use gpu::gemm::Accum;
 use half::f16;
 use host::cuda::{Arena, Gpu, dptr};
-use host::mnist::model::{Init, Mlp, init_params, param_layout};
-use host::mnist::{Options, data, reference, train};
+use host::mlp::model::{Init, Mlp, init_params, param_layout};
+use host::mlp::{Dataset, Options, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn options() -> Options {
     Options {
-        data: data::default_dir(),
         hidden: vec![128],
         epochs: 1,
         batch: 128,
@@ -23,7 +22,12 @@ fn options() -> Options {
         save: None,
         load: None,
         quiet: true,
+        print_every: 1,
     }
+}
+
+fn mnist() -> Dataset {
+    host::mnist::load(&host::mnist::default_dir()).unwrap()
 }
 
 #[test]
@@ -102,13 +106,15 @@ fn one_step_gradients_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn one_epoch_learns_and_graph_replay_matches_eager() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let graph = train(&g, &options()).unwrap();
+    let ds = mnist();
+    let graph = train(&g, &options(), &ds).unwrap();
     let eager = train(
         &g,
         &Options {
             graph: false,
             ..options()
         },
+        &ds,
     )
     .unwrap();
     let acc = graph[0].test_accuracy;
@@ -128,12 +134,14 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
 #[ignore = "needs a CUDA GPU"]
 fn bad_input_is_an_error() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let ds = mnist();
     let e = train(
         &g,
         &Options {
             batch: 70000,
             ..options()
         },
+        &ds,
     )
     .err()
     .unwrap();
@@ -141,16 +149,13 @@ fn bad_input_is_an_error() {
         e.to_string().contains("larger than the training set"),
         "{e}"
     );
-    let e = train(
-        &g,
-        &Options {
-            data: "no/such/dir".into(),
-            ..options()
-        },
-    )
-    .err()
-    .unwrap();
-    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(
+        host::mnist::load(std::path::Path::new("no/such/dir"))
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("does not exist")
+    );
     let e = train(
         &g,
         &Options {
@@ -158,8 +163,28 @@ fn bad_input_is_an_error() {
             epochs: 1,
             ..options()
         },
+        &ds,
     )
     .err()
     .unwrap();
     assert!(e.to_string().contains("diverged"), "{e}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn iris_with_default_flags_reaches_93_percent() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    // The defaults of `host iris`.
+    let o = Options {
+        hidden: vec![5],
+        epochs: 100,
+        batch: 16,
+        lr: 0.05,
+        seed: 0,
+        ..options()
+    };
+    let ds = host::iris::load(host::iris::CSV, 0).unwrap();
+    let r = train(&g, &o, &ds).unwrap();
+    let acc = r.last().unwrap().test_accuracy;
+    assert!(acc >= 0.93, "Iris test accuracy {:.1}%", 100.0 * acc);
 }

@@ -1,21 +1,13 @@
-//! IDX files (the MNIST format), raw or gzip-compressed, with every malformation a clear error.
+//! MNIST, or any data set in its IDX form (raw or gzip-compressed): every malformation is a
+//! clear error.
+use crate::mlp::{Dataset, Features, Split};
 use anyhow::{Context, Result, bail, ensure};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Images `count × rows × cols` (u8 pixels) with one label each.
-pub struct Split {
-    pub images: Vec<u8>,
-    pub labels: Vec<u8>,
-    pub count: usize,
-    pub dim: usize,
-}
-
-pub struct Dataset {
-    pub train: Split,
-    pub test: Split,
-    pub classes: usize,
-}
+/// Normalisation of MNIST pixels (the usual mean and standard deviation of its training set).
+pub const MEAN: f32 = 0.1307;
+pub const STD: f32 = 0.3081;
 
 /// Reads a file, gunzipping it if it starts with the gzip magic.
 fn read_maybe_gz(path: &Path) -> Result<Vec<u8>> {
@@ -92,10 +84,15 @@ fn load_split(dir: &Path, prefix: &str) -> Result<Split> {
         lsz[0]
     );
     ensure!(isz[0] > 0, "{} holds no images", ipath.display());
+    let features = Features::Pixels {
+        data: images,
+        mean: MEAN,
+        std: STD,
+    };
     Ok(Split {
         count: isz[0],
         dim: isz[1] * isz[2],
-        images,
+        features,
         labels,
     })
 }
@@ -126,7 +123,12 @@ pub fn load(dir: &Path) -> Result<Dataset> {
             bail!("{name} label {i} is {l}, outside 0..{classes}");
         }
     }
+    let name = match dir.file_name().map(|n| n.to_string_lossy().to_string()) {
+        Some(n) if n != "mnist" => n,
+        _ => "MNIST".into(),
+    };
     Ok(Dataset {
+        name,
         train,
         test,
         classes,

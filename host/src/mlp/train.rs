@@ -1,26 +1,17 @@
-//! `host mnist`: an MLP trained on MNIST (or any IDX data set of the same form) with the Rust
-//! kernels, every buffer allocated before the first step and each step replayed from a CUDA graph.
-pub mod checkpoint;
-pub mod data;
-pub mod model;
-pub mod reference;
-
+//! The training loop: an MLP trained with the Rust kernels, every buffer carved from one arena
+//! before the first step, and each step replayed from a CUDA graph.
+use super::model::{self, Init, Mlp};
+use super::{Dataset, Features, checkpoint};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::Version;
 use anyhow::{Context, Result, bail, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::Accum;
 use half::f16;
-use model::{Init, Mlp};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Normalisation of MNIST pixels (the usual mean and standard deviation of the training set).
-const MEAN: f32 = 0.1307;
-const STD: f32 = 0.3081;
-
 pub struct Options {
-    pub data: PathBuf,
     pub hidden: Vec<usize>,
     pub epochs: usize,
     pub batch: usize,
@@ -35,6 +26,8 @@ pub struct Options {
     pub save: Option<PathBuf>,
     pub load: Option<PathBuf>,
     pub quiet: bool,
+    /// Print one line every this many epochs (and after the last).
+    pub print_every: usize,
 }
 
 /// Per-epoch results.
@@ -67,16 +60,24 @@ struct Buffers {
     seed: Buf<u32>,
 }
 
-/// Normalises `u8` pixels into fp16 on the GPU. The raw pixels pass through a temporary
-/// buffer, freed before training starts.
-fn normalize_into(gpu: &Gpu, pixels: &[u8], dst: Buf<f16>) -> Result<()> {
-    let raw = gpu.upload(pixels)?;
-    let f = gpu.function("normalize_u8")?;
-    let (n, mean, inv) = (pixels.len() as u32, MEAN, 1.0 / STD);
-    let mut b = gpu.stream.launch_builder(&f);
-    b.arg(&raw).arg(&dst.ptr).arg(&n).arg(&mean).arg(&inv);
-    unsafe { b.launch(grid_1d(pixels.len(), 256)) }?;
-    gpu.sync()
+/// The features of a split into fp16 on the GPU: pixels are normalised there (the raw bytes
+/// pass through a temporary buffer, freed before training starts), values are converted here.
+fn upload_features(gpu: &Gpu, features: &Features, dst: Buf<f16>) -> Result<()> {
+    match features {
+        Features::Pixels { data, mean, std } => {
+            let raw = gpu.upload(data)?;
+            let f = gpu.function("normalize_u8")?;
+            let (n, inv) = (data.len() as u32, 1.0 / std);
+            let mut b = gpu.stream.launch_builder(&f);
+            b.arg(&raw).arg(&dst.ptr).arg(&n).arg(mean).arg(&inv);
+            unsafe { b.launch(grid_1d(data.len(), 256)) }?;
+            gpu.sync()
+        }
+        Features::Values(v) => gpu.upload_to(
+            dst,
+            &v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>(),
+        ),
+    }
 }
 
 pub fn validate(o: &Options) -> Result<()> {
@@ -97,12 +98,11 @@ pub fn validate(o: &Options) -> Result<()> {
     Ok(())
 }
 
-pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
+pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     validate(o)?;
-    let ds = data::load(&o.data)?;
     ensure!(
         o.batch <= ds.train.count,
-        "--batch {} is larger than the training set ({} images)",
+        "--batch {} is larger than the training set ({} examples)",
         o.batch,
         ds.train.count
     );
@@ -120,9 +120,9 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
     // Everything the run touches comes from one arena, sized by carving it once without memory.
     let carve_all = |arena: &mut Arena| -> Result<(Buffers, Mlp)> {
         let b = Buffers {
-            x_train: arena.alloc(ds.train.images.len())?,
+            x_train: arena.alloc(ds.train.features.len())?,
             y_train: arena.alloc(ds.train.count)?,
-            x_test: arena.alloc(ds.test.images.len())?,
+            x_test: arena.alloc(ds.test.features.len())?,
             y_test: arena.alloc(ds.test.count)?,
             xb: arena.alloc(o.batch * ds.train.dim)?,
             yb: arena.alloc(o.batch)?,
@@ -149,16 +149,17 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
     let mut arena = Arena::new(gpu, measure.used())?;
     let (b, model) = carve_all(&mut arena)?;
     let (free_after, _) = gpu.mem_info()?;
-    normalize_into(gpu, &ds.train.images, b.x_train)?;
+    upload_features(gpu, &ds.train.features, b.x_train)?;
     gpu.upload_to(b.y_train, &ds.train.labels)?;
-    normalize_into(gpu, &ds.test.images, b.x_test)?;
+    upload_features(gpu, &ds.test.features, b.x_test)?;
     gpu.upload_to(b.y_test, &ds.test.labels)?;
     model.set_params(&params)?;
     let s = &gpu.stream;
 
     if !o.quiet {
         println!(
-            "MNIST MLP {} on {} ({} PTX): {} train / {} test images, batch {}, {} steps/epoch, lr {} momentum {}, init {:?}, {} accumulation, {}",
+            "{} MLP {} on {} ({} PTX): {} train / {} test examples, batch {}, {} steps/epoch, lr {} momentum {}, init {:?}, {} accumulation, {}",
+            ds.name,
             sizes
                 .iter()
                 .map(|s| s.to_string())
@@ -335,7 +336,7 @@ pub fn train(gpu: &Gpu, o: &Options) -> Result<Vec<Epoch>> {
         let train_loss = losses.iter().sum::<f32>() / steps as f32;
         let (test_loss, test_accuracy) = evaluate()?;
         bar.finish_and_clear();
-        if !o.quiet {
+        if !o.quiet && (epoch % o.print_every.max(1) == 0 || epoch == o.epochs) {
             println!(
                 "epoch {epoch:>3}  train loss {train_loss:.4}  test loss {test_loss:.4}  test accuracy {:.2}%  {:.3} s  ({:.0} samples/s)",
                 100.0 * test_accuracy,

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Plots of a results folder (CSV files written by the runs in docs/RESULTS.md), with matplotlib:
+
+    python3 bench/plot.py docs/results/2026-11-22-h100
+
+writes mnist_loss.png (loss curves, ours and PyTorch, hidden 128), mnist_widths.png (time per
+epoch against hidden width) and regression_sweep.png (time against points), when their CSVs exist.
+"""
+import csv, sys
+from collections import defaultdict
+from pathlib import Path
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def smooth(v, k=20):
+    out, acc = [], 0.0
+    for i, x in enumerate(v):
+        acc += x
+        if i >= k:
+            acc -= v[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def loss_curves(d):
+    ours, torch = d / "mnist128.csv", d / "pytorch_mnist.csv"
+    if not (ours.exists() and torch.exists()):
+        return
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    o = [r for r in rows(ours) if r["loss"]]
+    ax.plot([int(r["step"]) for r in o], smooth([float(r["loss"]) for r in o]), label="ours (Rust kernels, fp16)", lw=1.5)
+    by = defaultdict(list)
+    for r in rows(torch):
+        if r["loss"] and r["hidden"] == "128":
+            by[r["mode"]].append((int(r["step"]), float(r["loss"])))
+    for mode, pts in sorted(by.items()):
+        ax.plot([p[0] for p in pts], smooth([p[1] for p in pts]), label=f"PyTorch {mode}", lw=1, alpha=0.8)
+    ax.set(xlabel="step (batch 128)", ylabel="training loss (moving average of 20 steps)", yscale="log",
+           title="MNIST 784-128-10, SGD lr 0.05 momentum 0.9, Kaiming init")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "mnist_loss.png", dpi=120)
+
+
+def widths(d):
+    p = d / "mnist_widths.csv"
+    if not p.exists():
+        return
+    t = defaultdict(list)
+    for r in rows(p):
+        if int(r["epoch"]) > 1:  # leave out warm-up and compilation
+            t[(r["system"], r["mode"], int(r["hidden"]))].append(float(r["epoch_time_s"]))
+    series = defaultdict(dict)
+    for (sysname, mode, h), v in t.items():
+        series[f"{'ours' if sysname == 'ours' else 'PyTorch ' + mode}"][h] = sum(v) / len(v)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, pts in sorted(series.items()):
+        hs = sorted(pts)
+        ax.plot(hs, [pts[h] for h in hs], marker="o", label=name, lw=2 if name == "ours" else 1)
+    ax.set(xscale="log", yscale="log", xlabel="hidden width", ylabel="seconds per epoch (468 steps of 128)",
+           title="MNIST MLP 784-H-10: time per epoch")
+    ax.set_xticks(sorted({h for p in series.values() for h in p}))
+    ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "mnist_widths.png", dpi=120)
+
+
+def regression(d):
+    ours, torch = d / "regression_sweep.csv", d / "regression_torch.csv"
+    if not ours.exists():
+        return
+    series = defaultdict(dict)
+    roof = {}
+    for r in rows(ours) + (rows(torch) if torch.exists() else []):
+        series[r["variant"]][int(r["n"])] = float(r["total_ms"])
+        if r["roofline_ms"]:
+            roof[int(r["n"])] = float(r["roofline_ms"])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, pts in series.items():
+        ns = sorted(pts)
+        ax.plot(ns, [pts[n] for n in ns], marker="o", label=name)
+    ns = sorted(roof)
+    ax.plot(ns, [roof[n] for n in ns], "k--", label="memory roofline")
+    ax.set(xscale="log", yscale="log", xlabel="points", ylabel="ms for 200 epochs",
+           title="Linear regression, full-batch gradient descent")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(d / "regression_sweep.png", dpi=120)
+
+
+if __name__ == "__main__":
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
+    loss_curves(d)
+    widths(d)
+    regression(d)
+    print("plots in", d)

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Every comparison of the project in one run, on a GPU machine with PyTorch:
+
+    python3 bench/report.py OUT_DIR [--host target/release/host] [--force]
+
+Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study), the regression sweep,
+Iris, and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
+(bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
+Copy OUT_DIR/RESULTS.md over docs/RESULTS.md to publish it. Refuses an existing OUT_DIR unless
+--force. Sized to finish within 10 minutes on an H100.
+"""
+import argparse, csv, datetime, re, shutil, subprocess, sys, time
+from pathlib import Path
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--host", default="target/release/host")
+ap.add_argument("--force", action="store_true", help="replace an existing output folder")
+a = ap.parse_args()
+out = Path(a.out)
+if out.exists():
+    if not a.force:
+        sys.exit(f"error: {out} exists; pass --force to replace it")
+    shutil.rmtree(out)
+out.mkdir(parents=True)
+py = sys.executable
+H = a.host
+
+try:
+    from tqdm import tqdm
+except ImportError:
+    tqdm = None
+
+
+def sh(cmd, log, timeout=600, check=True):
+    """Runs cmd (a list), appending its output to OUT/log; returns the output."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    text = r.stdout + r.stderr
+    with open(out / log, "a") as f:
+        f.write(f"$ {' '.join(map(str, cmd))}\n{text}\n")
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{text[-2000:]}")
+    return text
+
+
+def mib(pattern, text):
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else float("nan")
+
+
+memory, inits = [], []
+
+
+def step_info():
+    sh([H, "info"], "info.txt")
+    sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], "info.txt", check=False)
+    sh([py, "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"], "info.txt")
+
+
+def step_gemm():
+    sh([H, "gemm", "--csv", out / "gemm.csv"], "gemm.log")
+
+
+def step_mnist():
+    t = sh([H, "mnist", "--metrics", out / "mnist128.csv"], "mnist.log")
+    memory.append(("MNIST 784-128-10", "ours", mib(r"one arena of ([\d.]+) MiB", t)))
+    rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
+    for mode in ["eager32", "fp16", "graph"]:
+        t = sh([py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--csv", out / "pt.tmp"], "mnist.log")
+        rows += (out / "pt.tmp").read_text().splitlines()[1:]
+        if mode == "eager32":
+            memory.append(("MNIST 784-128-10", "PyTorch eager32", mib(r"max_memory_allocated ([\d.]+) MiB", t)))
+    (out / "pt.tmp").unlink()
+    (out / "pytorch_mnist.csv").write_text("\n".join(rows) + "\n")
+
+
+def step_widths():
+    env = {"EPOCHS": "2", "MODES": "eager32 graph", "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    import os
+    env = {**os.environ, **env}
+    r = subprocess.run(["bench/mnist_widths.sh", out / "widths", H], capture_output=True, text=True, env=env, timeout=600)
+    (out / "widths.log").write_text(r.stdout + r.stderr)
+    shutil.move(out / "widths" / "mnist_widths.csv", out / "mnist_widths.csv")
+    shutil.rmtree(out / "widths")
+
+
+def step_regression():
+    sh([H, "regression", "--sweep", "--csv", out / "regression_sweep.csv"], "regression.log")
+    sh([H, "regression", "--variant", "unfused", "--trace", out / "regression_trace.json"], "regression.log")
+    sh([py, "bench/pytorch/regression.py", "--points", "1000000,5000000,10000000,50000000,100000000",
+        "--devices", "cuda", "--csv", out / "rt_gpu.tmp"], "regression.log")
+    sh([py, "bench/pytorch/regression.py", "--points", "1000000,5000000,10000000", "--devices", "cpu",
+        "--csv", out / "rt_cpu.tmp"], "regression.log")
+    lines = (out / "rt_gpu.tmp").read_text().splitlines() + (out / "rt_cpu.tmp").read_text().splitlines()[1:]
+    (out / "regression_torch.csv").write_text("\n".join(lines) + "\n")
+    (out / "rt_gpu.tmp").unlink()
+    (out / "rt_cpu.tmp").unlink()
+
+
+def step_iris():
+    t = sh([H, "iris", "--metrics", out / "iris.csv"], "iris.log")
+    memory.append(("Iris 4-5-3", "ours", mib(r"one arena of ([\d.]+) MiB", t)))
+    t = sh([py, "bench/pytorch/mnist_mlp.py", "--dataset", "iris", "--csv", out / "pytorch_iris.csv"], "iris.log")
+    memory.append(("Iris 4-5-3", "PyTorch eager32", mib(r"max_memory_allocated ([\d.]+) MiB", t)))
+
+
+def step_init():
+    for ds, extra_ours, extra_pt in [("Iris", ["iris"], ["--dataset", "iris"]), ("MNIST", ["mnist", "--epochs", "1"], ["--epochs", "1"])]:
+        for init in ["normal", "xavier", "kaiming"]:
+            m = out / "init.tmp"
+            t = sh([H, *extra_ours, "--init", init, "--metrics", m], "init.log")
+            steps = [r for r in csv.DictReader(open(m)) if r["loss"]]
+            acc = [r for r in csv.DictReader(open(m)) if r["accuracy"]][-1]["accuracy"]
+            inits.append((ds, "ours", init, steps[0]["loss"], steps[-1]["loss"], acc))
+            sh([py, "bench/pytorch/mnist_mlp.py", *extra_pt, "--init", init, "--csv", m], "init.log")
+            rows = list(csv.DictReader(open(m)))
+            steps = [r for r in rows if r["loss"]]
+            acc = [r for r in rows if r["accuracy"]][-1]["accuracy"]
+            inits.append((ds, "PyTorch eager32", init, steps[0]["loss"], steps[-1]["loss"], acc))
+    (out / "init.tmp").unlink()
+    with open(out / "init.csv", "w") as f:
+        f.write("dataset,system,init,initial_loss,final_loss,test_accuracy\n")
+        for r in inits:
+            f.write(",".join(map(str, r)) + "\n")
+
+
+def step_plots():
+    r = subprocess.run([py, "bench/plot.py", out], capture_output=True, text=True)
+    (out / "plots.log").write_text(r.stdout + r.stderr)
+
+
+steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths),
+         ("regression sweep", step_regression), ("Iris", step_iris), ("init study", step_init), ("plots", step_plots)]
+t0 = time.time()
+bar = tqdm(total=len(steps), unit="step") if tqdm else None
+for i, (name, fn) in enumerate(steps):
+    if bar:
+        bar.set_description(name)
+    else:
+        print(f"[{i + 1}/{len(steps)}] {name} ({time.time() - t0:.0f} s)", flush=True)
+    fn()
+    if bar:
+        bar.update(1)
+if bar:
+    bar.close()
+with open(out / "memory.csv", "w") as f:
+    f.write("model,system,peak_device_mib\n")
+    for r in memory:
+        f.write(f"{r[0]},{r[1]},{r[2]:.1f}\n")
+subprocess.run([py, "bench/results_md.py", out], check=True)
+print(f"report in {out} after {time.time() - t0:.0f} s")

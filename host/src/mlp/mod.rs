@@ -1,0 +1,43 @@
+//! The MLP training stack shared by every data set: the model on the GPU, its checkpoints, a CPU
+//! reference of one step, and the training loop. Data sets come from `mnist` and `iris`.
+pub mod checkpoint;
+pub mod model;
+pub mod reference;
+pub mod train;
+
+pub use train::{Epoch, Options, train, validate};
+
+/// Features of one split as they reach the GPU.
+pub enum Features {
+    /// Raw pixels (0–255), normalised on the GPU with the data set's mean and standard deviation.
+    Pixels { data: Vec<u8>, mean: f32, std: f32 },
+    /// Values already standardised on the host.
+    Values(Vec<f32>),
+}
+
+impl Features {
+    pub fn len(&self) -> usize {
+        match self {
+            Features::Pixels { data, .. } => data.len(),
+            Features::Values(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `count` examples of `dim` features with one label each.
+pub struct Split {
+    pub features: Features,
+    pub labels: Vec<u8>,
+    pub count: usize,
+    pub dim: usize,
+}
+
+pub struct Dataset {
+    pub name: String,
+    pub train: Split,
+    pub test: Split,
+    pub classes: usize,
+}
