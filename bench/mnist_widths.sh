@@ -14,7 +14,7 @@ for h in $widths; do
     | awk -v h="$h" '/^epoch/ {gsub("%","",$11); print "ours,graph," h "," $2 "," $12 "," $11/100}' >> "$csv"
   rm -f "$out/ours_$h.tmp"
   for mode in ${MODES:-eager32 fp16 graph}; do
-    timeout "${PT_TIMEOUT:-300}" python3 bench/pytorch/mnist_mlp.py --mode "$mode" --hidden "$h" --epochs "$epochs" --csv "$out/pt.tmp" >/dev/null 2>&1 || { echo "pytorch $mode $h failed or timed out" >&2; continue; }
+    timeout "${PT_TIMEOUT:-300}" "${PYTHON:-python3}" bench/pytorch/mnist_mlp.py --mode "$mode" --hidden "$h" --epochs "$epochs" --csv "$out/pt.tmp" >/dev/null 2>&1 || { echo "pytorch $mode $h failed or timed out" >&2; continue; }
     awk -F, -v h="$h" -v m="$mode" 'NR > 1 && $8 != "" {print "pytorch," m "," h "," $3 "," $8 "," $6}' "$out/pt.tmp" >> "$csv"
     rm -f "$out/pt.tmp"
   done

@@ -75,9 +75,8 @@ def step_mnist():
 
 
 def step_widths():
-    env = {"EPOCHS": "2", "MODES": "eager32 graph", "PATH": "/usr/bin:/bin:/usr/local/bin"}
     import os
-    env = {**os.environ, **env}
+    env = {**os.environ, "EPOCHS": "2", "MODES": "eager32 graph", "PYTHON": py}
     r = subprocess.run(["bench/mnist_widths.sh", out / "widths", H], capture_output=True, text=True, env=env, timeout=600)
     (out / "widths.log").write_text(r.stdout + r.stderr)
     shutil.move(out / "widths" / "mnist_widths.csv", out / "mnist_widths.csv")

@@ -19,6 +19,14 @@ pub fn block_y() -> u32 {
     unsafe { nvptx::_block_idx_y() }
 }
 #[inline(always)]
+pub fn block_z() -> u32 {
+    unsafe { nvptx::_block_idx_z() }
+}
+#[inline(always)]
+pub fn grid_dim_z() -> u32 {
+    unsafe { nvptx::_grid_dim_z() }
+}
+#[inline(always)]
 pub fn block_dim_x() -> u32 {
     unsafe { nvptx::_block_dim_x() }
 }

@@ -25,3 +25,45 @@ pub unsafe extern "ptx-kernel" fn bias_act_f16(
         unsafe { *p = f2h(v) };
     });
 }
+
+/// Finishes a split-K GEMM: `C = act(alpha·Σ_z ws[z] + beta·C + bias)` over `splits` fp32
+/// partial products of `m × n`, summed in a fixed order so results repeat bit for bit.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn splitk_reduce(
+    ws: *const f32,
+    splits: u32,
+    m: u32,
+    n: u32,
+    c: *mut u16,
+    ldc: u32,
+    bias: *const u16,
+    alpha: f32,
+    beta: f32,
+    relu: u32,
+) {
+    let p = crate::gemm::Args {
+        m,
+        n,
+        k: 0,
+        a: core::ptr::null(),
+        lda: 0,
+        b: core::ptr::null(),
+        ldb: 0,
+        c,
+        ldc,
+        bias,
+        alpha,
+        beta,
+        relu,
+    };
+    grid_stride(m * n, |e| {
+        let mut acc = 0.0f32;
+        for z in 0..splits {
+            acc += unsafe { *ws.add((z * m * n + e) as usize) };
+        }
+        let (i, j) = (e / n, e % n);
+        let v = crate::gemm::epilogue(&p, i, j, acc);
+        unsafe { *c.add((i * ldc + j) as usize) = v };
+    });
+}

@@ -77,6 +77,9 @@ pub struct Problem {
     pub alpha: f32,
     pub beta: f32,
     pub relu: bool,
+    /// Slices of K computed by separate blocks and summed by `splitk_reduce` (tensor-core
+    /// versions only; needs a workspace, see [`workspace_len`]).
+    pub split_k: usize,
 }
 
 impl Problem {
@@ -95,6 +98,7 @@ impl Problem {
             alpha: 1.0,
             beta: 0.0,
             relu: false,
+            split_k: 1,
         }
     }
 
@@ -199,13 +203,42 @@ impl Problem {
     }
 }
 
-/// Device addresses of the operands (`bias` 0 for none).
+/// Device addresses of the operands (`bias` 0 for none; `ws` the split-K workspace of
+/// [`workspace_len`] f32, 0 when not splitting).
 #[derive(Clone, Copy, Debug)]
 pub struct Ptrs {
     pub a: u64,
     pub b: u64,
     pub c: u64,
     pub bias: u64,
+    pub ws: u64,
+}
+
+/// K per split slice (a multiple of the block's K step) and the number of slices that gives.
+pub fn split_slices(p: &Problem, c: &TileConfig) -> (usize, usize) {
+    let bk = c.block.2;
+    let slice = p.k.div_ceil(p.split_k.max(1)).div_ceil(bk) * bk;
+    (slice, p.k.div_ceil(slice))
+}
+
+/// f32 elements of workspace a split-K launch of `v` needs (0 without splitting).
+pub fn workspace_len(v: Version, p: &Problem) -> usize {
+    match v {
+        Version::Tensor(c, _) if p.split_k > 1 => split_slices(p, c).1 * p.m * p.n,
+        _ => 0,
+    }
+}
+
+/// How many K slices to give an output too small to fill the GPU: enough blocks for about one
+/// per SM, each slice at least 4 K steps deep, at most 16 slices.
+pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
+    let tiles = m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    let sms = gpu.sm_count()? as usize;
+    Ok(if 2 * tiles > sms {
+        1
+    } else {
+        (sms / tiles).min(k / (4 * c.block.2)).clamp(1, 16)
+    })
 }
 
 /// The tensor-core configuration the host picks for an M×N output on this GPU: among those
@@ -300,7 +333,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         "M={} exceeds the grid's y limit",
         p.m
     );
-    let (name, cfg) = plan(gpu, v, p)?;
+    let (name, mut cfg) = plan(gpu, v, p)?;
     let f = gpu.function(&name)?;
     if cfg.shared_mem_bytes > 48 * 1024 {
         f.set_attribute(
@@ -322,7 +355,41 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         .arg(&ptrs.c)
         .arg(&ldc);
     b.arg(&ptrs.bias).arg(&p.alpha).arg(&p.beta).arg(&relu);
+    let Version::Tensor(c, _) = v else {
+        ensure!(
+            p.split_k <= 1,
+            "split-K needs a tensor-core version, not {}",
+            v.label()
+        );
+        unsafe { b.launch(cfg) }?;
+        return Ok(());
+    };
+    let (k_slice, splits) = split_slices(p, c);
+    let (k_slice, ws) = (k_slice as u32, if splits > 1 { ptrs.ws } else { 0 });
+    ensure!(
+        splits == 1 || ws != 0,
+        "split-K over {splits} slices needs a workspace of {} f32",
+        workspace_len(v, p)
+    );
+    cfg.grid_dim.2 = splits as u32;
+    b.arg(&ws).arg(&k_slice);
     unsafe { b.launch(cfg) }?;
+    if splits > 1 {
+        let f = gpu.function("splitk_reduce")?;
+        let s = splits as u32;
+        let mut r = gpu.stream.launch_builder(&f);
+        r.arg(&ws)
+            .arg(&s)
+            .arg(&m)
+            .arg(&n)
+            .arg(&ptrs.c)
+            .arg(&ldc)
+            .arg(&ptrs.bias)
+            .arg(&p.alpha)
+            .arg(&p.beta)
+            .arg(&relu);
+        unsafe { r.launch(crate::cuda::grid_1d(p.m * p.n, 256)) }?;
+    }
     Ok(())
 }
 

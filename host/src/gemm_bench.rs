@@ -98,6 +98,7 @@ pub fn run(
             b: dptr(&db, s),
             c: dptr(&dc, s),
             bias: if *epilogue { dptr(&dbias, s) } else { 0 },
+            ws: 0,
         };
         let bias_host = epilogue.then_some(&bias[..]);
         let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
@@ -154,6 +155,32 @@ pub fn run(
             }
             let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
             rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
+        }
+
+        // What the host would pick for this shape, split-K included, when that splits.
+        let cfg = gemm::choose_config(gpu, m, n)?;
+        let split = gemm::choose_split(gpu, cfg, m, n, k)?;
+        if split > 1 {
+            let v = Version::Tensor(cfg, Accum::F16);
+            let sp = Problem {
+                split_k: split,
+                ..p
+            };
+            let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
+            let ptrs = Ptrs {
+                ws: dptr(&ws, s),
+                ..ptrs
+            };
+            let (ms, c) = measure(Accum::F16, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
+            rows.push(row(
+                out,
+                format!("{}_splitk{split}", v.label()),
+                label,
+                &p,
+                ms,
+                cublas_ms,
+                &c,
+            )?);
         }
     }
     Ok(rows)

@@ -40,11 +40,13 @@ fn check_one(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
     );
     let s = &g.stream;
     let with_bias = p.relu; // exercise bias together with ReLU
+    let ws = g.zeros::<f32>(gemm::workspace_len(v, p).max(1)).unwrap();
     let ptrs = Ptrs {
         a: dptr(&da, s),
         b: dptr(&db, s),
         c: dptr(&dc, s),
         bias: if with_bias { dptr(&dbias, s) } else { 0 },
+        ws: dptr(&ws, s),
     };
     p.validate(a.len(), b.len(), c0.len(), Some(bias.len()))
         .unwrap();
@@ -117,21 +119,67 @@ fn epilogues_and_padded_leading_dimensions() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn split_k_matches_cpu() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(3);
+    for v in Version::all_for(&g)
+        .into_iter()
+        .filter(|v| matches!(v, Version::Tensor(..)))
+    {
+        for layout in Layout::ALL {
+            // K not a multiple of the slices, slices not a multiple of K steps, epilogue on.
+            for (m, n, k, split) in [(128, 10, 4096, 8), (17, 33, 1000, 3), (64, 40, 130, 4)] {
+                let mut p = Problem::new(m, n, k, layout);
+                p.split_k = split;
+                p.relu = true;
+                check_one(&g, v, &p, &mut rng);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn bad_configs_are_errors() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let none = Ptrs {
+        a: 0,
+        b: 0,
+        c: 0,
+        bias: 0,
+        ws: 0,
+    };
     let p = Problem::new(0, 4, 4, Layout::NN);
+    assert!(gemm::launch(&g, Version::Simt("naive"), &p, none).is_err());
+    // Split-K without a workspace, and on a SIMT version.
+    let mut p = Problem::new(64, 64, 4096, Layout::NN);
+    p.split_k = 4;
+    let v = Version::all_for(&g)
+        .into_iter()
+        .find(|v| matches!(v, Version::Tensor(..)))
+        .unwrap();
     assert!(
-        gemm::launch(
-            &g,
-            Version::Simt("naive"),
-            &p,
-            Ptrs {
-                a: 0,
-                b: 0,
-                c: 0,
-                bias: 0
-            }
-        )
-        .is_err()
+        gemm::launch(&g, v, &p, none)
+            .unwrap_err()
+            .to_string()
+            .contains("workspace")
     );
+    assert!(
+        gemm::launch(&g, Version::Simt("naive"), &p, none)
+            .unwrap_err()
+            .to_string()
+            .contains("split-K")
+    );
+    // A configuration that needs more shared memory than the device allows, made up here.
+    let huge: &'static gpu::gemm::TileConfig = Box::leak(Box::new(gpu::gemm::TileConfig {
+        name: "tc80_huge",
+        block: (256, 256, 256),
+        warp: (64, 64),
+        instruction: (16, 8, 16),
+        stages: 4,
+        min_sm: 80,
+    }));
+    let p = Problem::new(64, 64, 64, Layout::NN);
+    let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();
+    assert!(e.to_string().contains("shared memory"), "{e}");
 }

@@ -48,9 +48,9 @@ fn one_step_gradients_match_cpu_reference() {
                 .collect();
             let labels: Vec<u8> = (0..rows).map(|_| rng.random_range(0..10)).collect();
             let mut measure = Arena::measuring();
-            Mlp::new(&g, &mut measure, &sizes, rows, acc, None).unwrap();
+            Mlp::new(&g, &mut measure, &sizes, rows, rows, acc, None).unwrap();
             let mut arena = Arena::new(&g, measure.used()).unwrap();
-            let m = Mlp::new(&g, &mut arena, &sizes, rows, acc, None).unwrap();
+            let m = Mlp::new(&g, &mut arena, &sizes, rows, rows, acc, None).unwrap();
             m.set_params(&params).unwrap();
             let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
             let (loss, correct) = (g.zeros::<f32>(1).unwrap(), g.zeros::<f32>(1).unwrap());

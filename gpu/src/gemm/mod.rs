@@ -11,6 +11,8 @@
 #[cfg(target_arch = "nvptx64")]
 mod simt;
 #[cfg(target_arch = "nvptx64")]
+pub use simt::epilogue;
+#[cfg(target_arch = "nvptx64")]
 mod tensor;
 
 /// Operand layouts an MLP needs: `Y = X·Wᵀ` (NT), `dX = dY·W` (NN), `dW = dYᵀ·X` (TN).

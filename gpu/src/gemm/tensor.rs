@@ -218,6 +218,8 @@ pub fn gemm<
     const TB: bool,
 >(
     p: Args,
+    ws: *mut f32,
+    k_slice: u32,
 ) {
     let (wm, wn) = (16 * MI, 8 * NI);
     let warps_n = BN / wn;
@@ -250,7 +252,10 @@ pub fn gemm<
     let (rla, rlb) = (if ka { BK } else { BM }, if kb { BK } else { BN });
 
     let mut acc = [[A::ZERO; NI]; MI];
-    let ktiles = p.k.div_ceil(BK as u32) as usize;
+    // Split-K: block z of the grid covers K from z·k_slice (a multiple of BK) and, when `ws` is
+    // given, leaves raw fp32 partial sums there for `splitk_reduce`.
+    let k_begin = block_z() * k_slice;
+    let ktiles = (p.k.min(k_begin + k_slice) - k_begin).div_ceil(BK as u32) as usize;
 
     // Shared-memory byte offsets at which this lane points ldmatrix, per fragment and per
     // 16-wide k step of a slice (at most 4: BK ≤ 64): fixed for the whole kernel, so the
@@ -308,7 +313,7 @@ pub fn gemm<
         // or not, so that "wait until STAGES-2 groups remain" always means "slice kt landed".
         for s in 0..STAGES - 1 {
             if s < ktiles {
-                let k0 = (s * BK) as u32;
+                let k0 = k_begin + (s * BK) as u32;
                 let (r, c) = origin_a(k0);
                 ta.copy_async(a_stage(s), r, c, threads);
                 let (r, c) = origin_b(k0);
@@ -328,7 +333,7 @@ pub fn gemm<
             // finished: it passed the barrier above.
             let next = kt + STAGES - 1;
             if next < ktiles {
-                let k0 = (next * BK) as u32;
+                let k0 = k_begin + (next * BK) as u32;
                 let s = next % STAGES;
                 let (r, c) = origin_a(k0);
                 ta.copy_async(a_stage(s), r, c, threads);
@@ -339,9 +344,9 @@ pub fn gemm<
             compute(&mut acc, kt % STAGES);
         }
     } else {
-        let (r, c) = origin_a(0);
+        let (r, c) = origin_a(k_begin);
         let mut ra = load_regs::<CA>(&ta, r, c, threads);
-        let (r, c) = origin_b(0);
+        let (r, c) = origin_b(k_begin);
         let mut rb = load_regs::<CB>(&tb, r, c, threads);
         store_regs(&ta, a_stage(0), threads, &ra);
         store_regs(&tb, b_stage(0), threads, &rb);
@@ -350,7 +355,7 @@ pub fn gemm<
             let more = kt + 1 < ktiles;
             if more {
                 // Global loads of the next slice are in flight during this slice's mma.
-                let k0 = ((kt + 1) * BK) as u32;
+                let k0 = k_begin + ((kt + 1) * BK) as u32;
                 let (r, c) = origin_a(k0);
                 ra = load_regs::<CA>(&ta, r, c, threads);
                 let (r, c) = origin_b(k0);
@@ -373,12 +378,30 @@ pub fn gemm<
             let (r, c) = mma_c(lane() as usize, 0);
             let i = bm0 + (wm0 + 16 * mi + r) as u32;
             let j = bn0 + (wn0 + 8 * ni + c) as u32;
-            store_fragment(
-                p,
-                i,
-                j,
-                [frag.get(0), frag.get(1), frag.get(2), frag.get(3)],
-            );
+            let v = [frag.get(0), frag.get(1), frag.get(2), frag.get(3)];
+            if ws.is_null() {
+                store_fragment(p, i, j, v);
+            } else {
+                store_partial(
+                    p.m,
+                    p.n,
+                    unsafe { ws.add((block_z() * p.m * p.n) as usize) },
+                    i,
+                    j,
+                    v,
+                );
+            }
+        }
+    }
+}
+
+/// A fragment's raw fp32 sums into one split's `m × n` slice of the workspace.
+#[inline(never)]
+fn store_partial(m: u32, n: u32, ws: *mut f32, i: u32, j: u32, v: [f32; 4]) {
+    for (e, x) in v.iter().enumerate() {
+        let (r, c) = (i + 8 * (e as u32 >> 1), j + (e as u32 & 1));
+        if r < m && c < n {
+            unsafe { *ws.add((r * n + c) as usize) = *x };
         }
     }
 }
@@ -439,11 +462,14 @@ macro_rules! export_tensor {
             unsafe extern "ptx-kernel" fn kernel(
                 m: u32, n: u32, k: u32, a: *const u16, lda: u32, b: *const u16, ldb: u32,
                 c: *mut u16, ldc: u32, bias: *const u16, alpha: f32, beta: f32, relu: u32,
+                ws: *mut f32, k_slice: u32,
             ) {
                 const THREADS: usize = 32 * ($bm / $wm) * ($bn / $wn);
                 gemm::<$acc, $bm, $bn, $bk, { $wm / 16 }, { $wn / 8 }, $ik, $st, $async,
                        { $bm * $bk / 8 / THREADS }, { $bn * $bk / 8 / THREADS }, $ta, $tb>(
                     Args { m, n, k, a, lda, b, ldb, c, ldc, bias, alpha, beta, relu },
+                    ws,
+                    k_slice,
                 );
             }
         };

@@ -80,18 +80,37 @@ pub struct Mlp<'g> {
     pub rows: usize,
     acc: Accum,
     /// GEMM version per layer: forward, weight gradient, input gradient.
-    versions: Vec<[Version; 3]>,
+    plans: [Vec<[Plan; 3]>; 2],
+    /// Rows of a training step; the GEMMs of other row counts use the evaluation plans.
+    train_rows: usize,
+    /// Split-K workspace, sized for the largest plan.
+    ws: Buf<f32>,
+}
+
+/// How one GEMM of the model runs: the kernel version and its K slices.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    pub version: Version,
+    pub split_k: usize,
+}
+
+/// The three GEMMs of layer `i → o` over `rows` rows: forward (rows×o×i), weight gradient
+/// (o×i×rows) and input gradient (rows×i×o), as (M, N, K).
+fn layer_shapes(rows: usize, i: usize, o: usize) -> [(usize, usize, usize); 3] {
+    [(rows, o, i), (o, i, rows), (rows, i, o)]
 }
 
 impl<'g> Mlp<'g> {
-    /// Carves from `arena` everything a forward/backward over up to `rows` rows needs; the
-    /// parameters are set by [`Mlp::set_params`]. `config` forces one tensor-core configuration
-    /// for every GEMM; otherwise each shape gets the host's choice.
+    /// Carves from `arena` everything training steps of `train_rows` rows and forward passes of
+    /// up to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config`
+    /// forces one tensor-core configuration for every GEMM; otherwise each shape gets the host's
+    /// choice of configuration and split-K, planned once for each of the two row counts.
     pub fn new(
         gpu: &'g Gpu,
         arena: &mut Arena,
         sizes: &[usize],
-        rows: usize,
+        train_rows: usize,
+        eval_rows: usize,
         acc: Accum,
         config: Option<Version>,
     ) -> Result<Mlp<'g>> {
@@ -99,6 +118,7 @@ impl<'g> Mlp<'g> {
             sizes.len() >= 2 && sizes.iter().all(|&s| s > 0),
             "layer widths must be positive"
         );
+        let rows = train_rows.max(eval_rows);
         let (offsets, n_params) = param_layout(sizes);
         let (w32, w16) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
         let (g16, vel) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
@@ -108,17 +128,38 @@ impl<'g> Mlp<'g> {
             acts.push(arena.alloc(rows * w)?);
             grads.push(arena.alloc(rows * w)?);
         }
-        let pick = |m: usize, n: usize| -> Result<Version> {
+        let plan = |(m, n, k): (usize, usize, usize)| -> Result<Plan> {
             Ok(match config {
-                Some(v) => v,
-                None => Version::Tensor(gemm::choose_config(gpu, m, n)?, acc),
+                Some(version) => Plan {
+                    version,
+                    split_k: 1,
+                },
+                None => {
+                    let c = gemm::choose_config(gpu, m, n)?;
+                    Plan {
+                        version: Version::Tensor(c, acc),
+                        split_k: gemm::choose_split(gpu, c, m, n, k)?,
+                    }
+                }
             })
         };
-        let mut versions = Vec::new();
-        for w in sizes.windows(2) {
-            let (i, o) = (w[0], w[1]);
-            versions.push([pick(rows, o)?, pick(o, i)?, pick(rows, i)?]);
+        let mut plans: [Vec<[Plan; 3]>; 2] = [Vec::new(), Vec::new()];
+        let mut ws_len = 0;
+        for (slot, r) in [train_rows, eval_rows].into_iter().enumerate() {
+            for w in sizes.windows(2) {
+                let shapes = layer_shapes(r, w[0], w[1]);
+                let p = [plan(shapes[0])?, plan(shapes[1])?, plan(shapes[2])?];
+                for (q, &(m, n, k)) in p.iter().zip(&shapes) {
+                    let prob = Problem {
+                        split_k: q.split_k,
+                        ..Problem::new(m, n, k, Layout::NN)
+                    };
+                    ws_len = ws_len.max(gemm::workspace_len(q.version, &prob));
+                }
+                plans[slot].push(p);
+            }
         }
+        let ws = arena.alloc(ws_len)?;
         Ok(Mlp {
             gpu,
             sizes: sizes.to_vec(),
@@ -132,7 +173,9 @@ impl<'g> Mlp<'g> {
             grads,
             rows,
             acc,
-            versions,
+            plans,
+            train_rows,
+            ws,
         })
     }
 
@@ -177,6 +220,38 @@ impl<'g> Mlp<'g> {
         if l == 0 { x } else { self.acts[l - 1].ptr }
     }
 
+    /// Runs GEMM `which` (0 forward, 1 weight gradient, 2 input gradient) of layer `l` by its plan.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        which: usize,
+        l: usize,
+        rows: usize,
+        p: Problem,
+        a: u64,
+        b: u64,
+        c: u64,
+        bias: u64,
+    ) -> Result<()> {
+        let plan = self.plans[(rows != self.train_rows) as usize][l][which];
+        let p = Problem {
+            split_k: plan.split_k,
+            ..p
+        };
+        gemm::launch(
+            self.gpu,
+            plan.version,
+            &p,
+            Ptrs {
+                a,
+                b,
+                c,
+                bias,
+                ws: self.ws.ptr,
+            },
+        )
+    }
+
     /// Forward over `rows` rows of `x` (fp16, `rows × sizes[0]`): bias and ReLU fused into each
     /// GEMM's epilogue, no ReLU on the logits.
     pub fn forward(&self, x: u64, rows: usize) -> Result<()> {
@@ -189,13 +264,8 @@ impl<'g> Mlp<'g> {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
             let mut p = Problem::new(rows, o, i, Layout::NT);
             p.relu = l + 1 < self.layers();
-            let ptrs = Ptrs {
-                a: self.input_of(l, x),
-                b: self.p16(self.offsets[l].0),
-                c: self.acts[l].ptr,
-                bias: self.p16(self.offsets[l].1),
-            };
-            gemm::launch(self.gpu, self.versions[l][0], &p, ptrs)?;
+            let (w, b) = (self.p16(self.offsets[l].0), self.p16(self.offsets[l].1));
+            self.gemm(0, l, rows, p, self.input_of(l, x), w, self.acts[l].ptr, b)?;
         }
         Ok(())
     }
@@ -208,16 +278,15 @@ impl<'g> Mlp<'g> {
             let d = self.grads[l].ptr;
             // dW = dᵀ · input: M = out, N = in, K = rows.
             let p = Problem::new(o, i, rows, Layout::TN);
-            gemm::launch(
-                self.gpu,
-                self.versions[l][1],
-                &p,
-                Ptrs {
-                    a: d,
-                    b: self.input_of(l, x),
-                    c: self.g16(self.offsets[l].0),
-                    bias: 0,
-                },
+            self.gemm(
+                1,
+                l,
+                rows,
+                p,
+                d,
+                self.input_of(l, x),
+                self.g16(self.offsets[l].0),
+                0,
             )?;
             let f = self.gpu.function("bias_grad")?;
             let (r, c, db) = (rows as u32, o as u32, self.g16(self.offsets[l].1));
@@ -228,17 +297,7 @@ impl<'g> Mlp<'g> {
                 // d(input) = d · W: M = rows, N = in, K = out; then back through the ReLU.
                 let p = Problem::new(rows, i, o, Layout::NN);
                 let dprev = self.grads[l - 1].ptr;
-                gemm::launch(
-                    self.gpu,
-                    self.versions[l][2],
-                    &p,
-                    Ptrs {
-                        a: d,
-                        b: self.p16(self.offsets[l].0),
-                        c: dprev,
-                        bias: 0,
-                    },
-                )?;
+                self.gemm(2, l, rows, p, d, self.p16(self.offsets[l].0), dprev, 0)?;
                 let f = self.gpu.function("relu_backward")?;
                 let (n, h) = ((rows * i) as u32, self.acts[l - 1].ptr);
                 let mut b = s.launch_builder(&f);

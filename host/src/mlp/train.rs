@@ -133,14 +133,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             step: arena.alloc(1)?,
             seed: arena.alloc(1)?,
         };
-        let model = Mlp::new(
-            gpu,
-            arena,
-            &sizes,
-            o.batch.max(eval_rows),
-            o.accum,
-            o.config,
-        )?;
+        let model = Mlp::new(gpu, arena, &sizes, o.batch, eval_rows, o.accum, o.config)?;
         Ok((b, model))
     };
     let mut measure = Arena::measuring();
@@ -182,7 +175,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             },
         );
         println!(
-            "device memory: one arena of {:.1} MiB for the whole run (driver's free memory fell by {:.1} MiB)",
+            "device memory: one arena of {:.3} MiB for the whole run (driver's free memory fell by {:.1} MiB)",
             measure.used() as f64 / 1048576.0,
             free_before.saturating_sub(free_after) as f64 / 1048576.0
         );
