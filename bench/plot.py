@@ -4,7 +4,8 @@
     python3 bench/plot.py docs/results/2026-11-22-h100
 
 writes mnist_loss.png (loss curves, ours and PyTorch, hidden 128), mnist_widths.png (time per
-epoch against hidden width) and regression_sweep.png (time against points), when their CSVs exist.
+epoch against hidden width), regression_sweep.png (time against points) and init.png (initial
+and final loss per initialisation), when their CSVs exist.
 """
 import csv, sys
 from collections import defaultdict
@@ -96,9 +97,31 @@ def regression(d):
     fig.savefig(d / "regression_sweep.png", dpi=120)
 
 
+def init_study(d):
+    p = d / "init.csv"
+    if not p.exists():
+        return
+    r = rows(p)
+    datasets = [x for x in ["Iris", "MNIST"] if any(q["dataset"] == x for q in r)]
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4.2), squeeze=False)
+    inits = ["normal", "xavier", "kaiming"]
+    systems = ["ours", "PyTorch eager32"]
+    for ax, ds in zip(axes[0], datasets):
+        for k, (sysname, what) in enumerate([(s, w) for s in systems for w in ["initial_loss", "final_loss"]]):
+            vals = [float(next(q[what] for q in r if q["dataset"] == ds and q["system"] == sysname and q["init"] == i)) for i in inits]
+            ax.bar([x + 0.2 * k - 0.3 for x in range(3)], vals, width=0.2,
+                   label=f"{sysname}: {'initial' if what == 'initial_loss' else 'final'}", hatch="" if what == "initial_loss" else "//")
+        ax.set(xticks=range(3), xticklabels=inits, yscale="log", title=ds, ylabel="training loss")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Initial and final loss per initialisation")
+    fig.tight_layout()
+    fig.savefig(d / "init.png", dpi=120)
+
+
 if __name__ == "__main__":
     d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
     loss_curves(d)
     widths(d)
     regression(d)
+    init_study(d)
     print("plots in", d)

@@ -103,19 +103,23 @@ def step_iris():
     memory.append(("Iris 4-5-3", "PyTorch eager32", mib(r"max_memory_allocated ([\d.]+) MiB", t)))
 
 
+def initial_final(metrics):
+    """First step's loss, mean loss of the last epoch's steps, and final test accuracy."""
+    rows = list(csv.DictReader(open(metrics)))
+    steps = [r for r in rows if r["loss"]]
+    last = steps[-1]["epoch"]
+    final = [float(r["loss"]) for r in steps if r["epoch"] == last]
+    return steps[0]["loss"], sum(final) / len(final), [r for r in rows if r["accuracy"]][-1]["accuracy"]
+
+
 def step_init():
     for ds, extra_ours, extra_pt in [("Iris", ["iris"], ["--dataset", "iris"]), ("MNIST", ["mnist", "--epochs", "1"], ["--epochs", "1"])]:
         for init in ["normal", "xavier", "kaiming"]:
             m = out / "init.tmp"
             t = sh([H, *extra_ours, "--init", init, "--metrics", m], "init.log")
-            steps = [r for r in csv.DictReader(open(m)) if r["loss"]]
-            acc = [r for r in csv.DictReader(open(m)) if r["accuracy"]][-1]["accuracy"]
-            inits.append((ds, "ours", init, steps[0]["loss"], steps[-1]["loss"], acc))
+            inits.append((ds, "ours", init, *initial_final(m)))
             sh([py, "bench/pytorch/mnist_mlp.py", *extra_pt, "--init", init, "--csv", m], "init.log")
-            rows = list(csv.DictReader(open(m)))
-            steps = [r for r in rows if r["loss"]]
-            acc = [r for r in rows if r["accuracy"]][-1]["accuracy"]
-            inits.append((ds, "PyTorch eager32", init, steps[0]["loss"], steps[-1]["loss"], acc))
+            inits.append((ds, "PyTorch eager32", init, *initial_final(m)))
     (out / "init.tmp").unlink()
     with open(out / "init.csv", "w") as f:
         f.write("dataset,system,init,initial_loss,final_loss,test_accuracy\n")
@@ -145,6 +149,6 @@ if bar:
 with open(out / "memory.csv", "w") as f:
     f.write("model,system,peak_device_mib\n")
     for r in memory:
-        f.write(f"{r[0]},{r[1]},{r[2]:.1f}\n")
+        f.write(f"{r[0]},{r[1]},{r[2]:.3f}\n")
 subprocess.run([py, "bench/results_md.py", out], check=True)
 print(f"report in {out} after {time.time() - t0:.0f} s")

@@ -73,6 +73,18 @@ pub fn validate(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// The clear error for a data set larger than the free device memory, before any allocation.
+pub fn fits(points: usize, need: usize, free: usize) -> Result<()> {
+    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+    ensure!(
+        need <= free,
+        "{points} points need {:.2} GiB of device memory (x, y, predictions and residuals); this GPU has {:.2} GiB free",
+        gib(need),
+        gib(free)
+    );
+    Ok(())
+}
+
 /// What one variant's run produced.
 #[derive(Clone, Debug)]
 pub struct Outcome {
@@ -142,13 +154,7 @@ impl<'g> Regression<'g> {
         let mut measure = Arena::measuring();
         carve(&mut measure)?;
         let need = measure.used();
-        let (free, _) = gpu.mem_info()?;
-        ensure!(
-            need <= free,
-            "{n} points need {:.2} GiB of device memory (x, y, predictions and residuals); this GPU has {:.2} GiB free",
-            need as f64 / (1u64 << 30) as f64,
-            free as f64 / (1u64 << 30) as f64
-        );
+        fits(n, need, gpu.mem_info()?.0)?;
         let mut arena = Arena::new(gpu, need)?;
         let (x, y, pred, resid, partials, sums, params, history, epoch) = carve(&mut arena)?;
         let f = gpu.function("regression_generate")?;
@@ -564,6 +570,18 @@ mod tests {
         assert!(
             h[..1000].windows(2).all(|p| p[1] <= p[0]),
             "loss falls until rounding dominates"
+        );
+    }
+
+    #[test]
+    fn too_many_points_for_the_gpu_is_a_clear_error() {
+        assert!(fits(10, 100, 100).is_ok());
+        let e = fits(2_000_000_000, 30 << 30, 16 << 30)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2000000000 points need 30.00 GiB") && e.contains("16.00 GiB free"),
+            "{e}"
         );
     }
 

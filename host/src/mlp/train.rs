@@ -267,7 +267,9 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         step()?;
         model.set_params(&params)?;
         gpu.sync()?;
-        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        // Global capture mode: the driver rejects any allocation, free or synchronisation made
+        // while the step is captured, so a successful capture proves the step has none.
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
         let captured = step();
         let g = s.end_capture(CUgraphInstantiate_flags(0))?;
         captured?;
