@@ -370,9 +370,8 @@ pub fn gemm<
         }
     }
 
-    // Epilogue straight from the accumulators. The fragment loop stays unrolled only if its
-    // body is small, so the per-element work is one out-of-line call per fragment; otherwise
-    // the accumulators would be indexed dynamically and spill to local memory.
+    // Epilogue straight from the accumulators, fully unrolled, so every accumulator is a named
+    // register (a run-time index would move them to local memory).
     for (mi, row) in acc.iter().enumerate() {
         for (ni, frag) in row.iter().enumerate() {
             let (r, c) = mma_c(lane() as usize, 0);
@@ -396,40 +395,47 @@ pub fn gemm<
 }
 
 /// A fragment's raw fp32 sums into one split's `m × n` slice of the workspace.
-#[inline(never)]
+#[inline(always)]
 fn store_partial(m: u32, n: u32, ws: *mut f32, i: u32, j: u32, v: [f32; 4]) {
-    for (e, x) in v.iter().enumerate() {
-        let (r, c) = (i + 8 * (e as u32 >> 1), j + (e as u32 & 1));
+    let put = |r: u32, c: u32, x: f32| {
         if r < m && c < n {
-            unsafe { *ws.add((r * n + c) as usize) = *x };
+            unsafe { *ws.add((r * n + c) as usize) = x };
         }
-    }
+    };
+    put(i, j, v[0]);
+    put(i, j + 1, v[1]);
+    put(i + 8, j, v[2]);
+    put(i + 8, j + 1, v[3]);
 }
 
 /// Writes one lane's share of a 16×8 accumulator tile: `v[0..2]` at (i, j..j+2) and `v[2..4]`
-/// at (i+8, j..j+2), through the shared epilogue, skipping what lies outside C.
-#[inline(never)]
+/// at (i+8, j..j+2), through the shared epilogue, skipping what lies outside C. (The values are
+/// passed by name, never indexed at run time, so they stay in registers.)
+#[inline(always)]
 fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
-    let pair = p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4);
-    for (half, i) in [i, i + 8].into_iter().enumerate() {
-        if i >= p.m || j >= p.n {
-            continue;
-        }
-        let v0 = epilogue(&p, i, j, v[2 * half]);
-        let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
-        if j + 1 < p.n {
-            let v1 = epilogue(&p, i, j + 1, v[2 * half + 1]);
-            if pair {
-                unsafe { *(dst as *mut u32) = v0 as u32 | (v1 as u32) << 16 };
-            } else {
-                unsafe {
-                    *dst = v0;
-                    *dst.add(1) = v1;
-                }
-            }
+    store_pair(&p, i, j, v[0], v[1]);
+    store_pair(&p, i + 8, j, v[2], v[3]);
+}
+
+#[inline(always)]
+fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
+    if i >= p.m || j >= p.n {
+        return;
+    }
+    let h0 = epilogue(p, i, j, v0);
+    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
+    if j + 1 < p.n {
+        let h1 = epilogue(p, i, j + 1, v1);
+        if p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4) {
+            unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
         } else {
-            unsafe { *dst = v0 };
+            unsafe {
+                *dst = h0;
+                *dst.add(1) = h1;
+            }
         }
+    } else {
+        unsafe { *dst = h0 };
     }
 }
 
