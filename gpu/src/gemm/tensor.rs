@@ -413,20 +413,68 @@ fn store_partial(m: u32, n: u32, ws: *mut f32, i: u32, j: u32, v: [f32; 4]) {
 /// passed by name, never indexed at run time, so they stay in registers.)
 #[inline(always)]
 fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
-    store_pair(&p, i, j, v[0], v[1]);
-    store_pair(&p, i + 8, j, v[2], v[3]);
+    let (c, bias, relu) = (p.c, p.bias, p.relu);
+    store_pair(
+        c, p.ldc, p.m, p.n, bias, p.alpha, p.beta, relu, i, j, v[0], v[1],
+    );
+    store_pair(
+        c,
+        p.ldc,
+        p.m,
+        p.n,
+        bias,
+        p.alpha,
+        p.beta,
+        relu,
+        i + 8,
+        j,
+        v[2],
+        v[3],
+    );
 }
 
-#[inline(always)]
-fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
-    if i >= p.m || j >= p.n {
+/// Two adjacent outputs through the epilogue. Out of line, with scalar arguments only (they
+/// travel in registers): inlined, its branches would double the PTX of every kernel.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn store_pair(
+    c: *mut u16,
+    ldc: u32,
+    m: u32,
+    n: u32,
+    bias: *const u16,
+    alpha: f32,
+    beta: f32,
+    relu: u32,
+    i: u32,
+    j: u32,
+    v0: f32,
+    v1: f32,
+) {
+    if i >= m || j >= n {
         return;
     }
-    let h0 = epilogue(p, i, j, v0);
-    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
-    if j + 1 < p.n {
-        let h1 = epilogue(p, i, j + 1, v1);
-        if p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4) {
+    let (a, b) = (core::ptr::null(), core::ptr::null());
+    let p = Args {
+        m,
+        n,
+        k: 0,
+        a,
+        lda: 0,
+        b,
+        ldb: 0,
+        c,
+        ldc,
+        bias,
+        alpha,
+        beta,
+        relu,
+    };
+    let h0 = epilogue(&p, i, j, v0);
+    let dst = unsafe { c.add((i * ldc + j) as usize) };
+    if j + 1 < n {
+        let h1 = epilogue(&p, i, j + 1, v1);
+        if ldc.is_multiple_of(2) && (c as usize).is_multiple_of(4) {
             unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
         } else {
             unsafe {
