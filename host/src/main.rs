@@ -422,6 +422,12 @@ fn train_options(a: &TrainArgs, d: &TrainDefaults) -> Result<host::mlp::Options>
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and the like ends quietly, as in other command-line tools, rather
+    // than with Rust's panic on a broken pipe.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
