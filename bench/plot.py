@@ -4,7 +4,8 @@
     python3 bench/plot.py docs/results/2026-11-22-h100
 
 writes mnist_loss.png (loss curves, ours and PyTorch, hidden 128), mnist_widths.png (time per
-epoch against hidden width), regression_sweep.png (time against points) and init.png (initial
+epoch against hidden width), regression_sweep.png (time against points), regression_ops.png (time per op of one
+unfused epoch) and init.png (initial
 and final loss per initialisation), when their CSVs exist.
 """
 import csv, sys
@@ -97,6 +98,22 @@ def regression(d):
     fig.savefig(d / "regression_sweep.png", dpi=120)
 
 
+def regression_ops(d):
+    import re
+    p = d / "regression.log"
+    if not p.exists():
+        return
+    m = re.search(r"per-op time of one unfused epoch: (.*)", p.read_text())
+    if not m:
+        return
+    ops = [(name, float(ms)) for name, ms in re.findall(r"(\w+) ([\d.]+) ms", m.group(1))]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar([o[0] for o in ops], [1000 * o[1] for o in ops])
+    ax.set(ylabel="µs", title="One unfused epoch, 5M points: time per op")
+    fig.tight_layout()
+    fig.savefig(d / "regression_ops.png", dpi=120)
+
+
 def init_study(d):
     p = d / "init.csv"
     if not p.exists():
@@ -123,5 +140,6 @@ if __name__ == "__main__":
     loss_curves(d)
     widths(d)
     regression(d)
+    regression_ops(d)
     init_study(d)
     print("plots in", d)
