@@ -42,21 +42,7 @@ pub unsafe extern "ptx-kernel" fn splitk_reduce(
     beta: f32,
     relu: u32,
 ) {
-    let p = crate::gemm::Args {
-        m,
-        n,
-        k: 0,
-        a: core::ptr::null(),
-        lda: 0,
-        b: core::ptr::null(),
-        ldb: 0,
-        c,
-        ldc,
-        bias,
-        alpha,
-        beta,
-        relu,
-    };
+    let p = crate::gemm::Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
     grid_stride(m * n, |e| {
         let mut acc = 0.0f32;
         for z in 0..splits {

@@ -169,6 +169,39 @@ pub struct Args {
     pub relu: u32,
 }
 
+impl Args {
+    /// The arguments that matter to the epilogue alone (no operands): for code that finishes
+    /// an output outside the main kernel, such as the split-K reduction.
+    #[allow(clippy::too_many_arguments)]
+    pub const fn epilogue_only(
+        m: u32,
+        n: u32,
+        c: *mut u16,
+        ldc: u32,
+        bias: *const u16,
+        alpha: f32,
+        beta: f32,
+        relu: u32,
+    ) -> Args {
+        let (a, b) = (core::ptr::null(), core::ptr::null());
+        Args {
+            m,
+            n,
+            k: 0,
+            a,
+            lda: 0,
+            b,
+            ldb: 0,
+            c,
+            ldc,
+            bias,
+            alpha,
+            beta,
+            relu,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -454,22 +454,7 @@ fn store_pair(
     if i >= m || j >= n {
         return;
     }
-    let (a, b) = (core::ptr::null(), core::ptr::null());
-    let p = Args {
-        m,
-        n,
-        k: 0,
-        a,
-        lda: 0,
-        b,
-        ldb: 0,
-        c,
-        ldc,
-        bias,
-        alpha,
-        beta,
-        relu,
-    };
+    let p = Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
     let h0 = epilogue(&p, i, j, v0);
     let dst = unsafe { c.add((i * ldc + j) as usize) };
     if j + 1 < n {
