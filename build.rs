@@ -1,9 +1,10 @@
 //! PTX builder: compiles the `gpu` crate for `nvptx64-nvidia-cuda`, once per architecture, and
 //! embeds each PTX in the host binary (`$OUT_DIR/ptx.rs`, included by `host/src/ptx.rs`).
 //!
-//! Architectures come from `GPU_ARCHS` (comma-separated, default `sm_75`), e.g.
-//! `GPU_ARCHS=sm_75,sm_80,sm_90`. Each is built by a nested `cargo rustc` in its own target
-//! directory (`target/ptx/<arch>`), so it never waits on the outer build's lock, with
+//! Architectures come from `GPU_ARCHS` (comma-separated, default `sm_75,sm_80,sm_90`, so the
+//! main command gets each GPU's best kernels; `GPU_ARCHS=sm_90` builds only Hopper's). Each is
+//! built by a nested `cargo rustc` in its own target directory (`target/ptx/<arch>`), so it
+//! never waits on the outer build's lock, with
 //! `-Zbuild-std=core` (no prebuilt std exists for the target) and `-C target-cpu=<arch>`, which
 //! also enables `target_feature = "sm_80"` etc. for kernels that need newer instructions.
 use std::env;
@@ -30,7 +31,7 @@ fn main() {
     );
     println!("cargo:rerun-if-changed={}", root.join("build.rs").display());
 
-    let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75".into());
+    let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75,sm_80,sm_90".into());
     let mut table = String::from("pub const EMBEDDED: &[EmbeddedPtx] = &[\n");
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let sm: u32 = arch

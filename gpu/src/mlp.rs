@@ -6,7 +6,7 @@ use core::arch::asm;
 
 /// `2^x`, the SFU's approximation (max relative error 2^-22).
 #[inline(always)]
-fn exp2(x: f32) -> f32 {
+pub(crate) fn exp2(x: f32) -> f32 {
     let r: f32;
     unsafe {
         asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
@@ -15,7 +15,7 @@ fn exp2(x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn log2(x: f32) -> f32 {
+pub(crate) fn log2(x: f32) -> f32 {
     let r: f32;
     unsafe {
         asm!("lg2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
@@ -23,8 +23,8 @@ fn log2(x: f32) -> f32 {
     r
 }
 
-const LOG2_E: f32 = core::f32::consts::LOG2_E;
-const LN_2: f32 = core::f32::consts::LN_2;
+pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
+pub(crate) const LN_2: f32 = core::f32::consts::LN_2;
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
 #[unsafe(no_mangle)]

@@ -115,6 +115,10 @@ struct TrainArgs {
     /// Launch each kernel of a step instead of replaying a captured CUDA graph.
     #[arg(long)]
     no_graph: bool,
+    /// Train with one kernel per operation (GEMMs, loss, update, replayed as a CUDA graph) even
+    /// where the persistent kernel applies (one hidden layer, batch ≤ 128, sm_80+).
+    #[arg(long)]
+    layered: bool,
     /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.
     #[arg(long)]
     config: Option<String>,
@@ -408,6 +412,7 @@ fn train_options(a: &TrainArgs, d: &TrainDefaults) -> Result<host::mlp::Options>
         seed: a.seed,
         accum: a.accum,
         graph: !a.no_graph,
+        layered: a.layered,
         config: a
             .config
             .as_ref()

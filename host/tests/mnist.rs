@@ -3,6 +3,7 @@ use gpu::gemm::Accum;
 use half::f16;
 use host::cuda::{Arena, Gpu, dptr};
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
+use host::mlp::persistent::{self, Persistent};
 use host::mlp::{Dataset, Options, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -17,6 +18,7 @@ fn options() -> Options {
         seed: 3,
         accum: Accum::F16,
         graph: true,
+        layered: false,
         config: None,
         metrics: None,
         save: None,
@@ -102,32 +104,158 @@ fn one_step_gradients_match_cpu_reference() {
     }
 }
 
+/// Several steps of the persistent kernel against the CPU reference stepped by hand: same
+/// batches (the GPU's shuffle), fp16 operands, fp32 SGD with momentum. Batches of 100 and 8 rows
+/// (not multiples of the 16-row tile), 3 blocks of hidden units, an input width of 48.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn persistent_steps_match_cpu_reference() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(7);
+    let sizes = [48usize, 24, 10];
+    let (n, steps, seed, lr, mu) = (500usize, 4usize, 77u32, 0.05f32, 0.9f32);
+    let x: Vec<f16> = (0..n * sizes[0])
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let labels: Vec<u8> = (0..n).map(|_| rng.random_range(0..10)).collect();
+    let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
+    let init = init_params(&sizes, Init::Kaiming, 9);
+    let round = |p: &[f32]| -> Vec<f32> { p.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
+    for acc in [Accum::F16, Accum::F32] {
+        for batch in [100usize, 8] {
+            assert_eq!(persistent::unsupported(&g, &sizes, batch).unwrap(), None);
+            let carve = |arena: &mut Arena| {
+                let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
+                let p = Persistent::new(&g, arena, &sizes, batch, acc).unwrap();
+                (m, p)
+            };
+            let mut measure = Arena::measuring();
+            carve(&mut measure);
+            let mut arena = Arena::new(&g, measure.used()).unwrap();
+            let (m, p) = carve(&mut arena);
+            m.set_params(&init).unwrap();
+            let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
+            let (loss, correct) = (
+                g.zeros::<f32>(steps).unwrap(),
+                g.zeros::<f32>(steps).unwrap(),
+            );
+            let st = &g.stream;
+            // Two launches (steps 0..1, then 1..4): state must carry over between them.
+            for (step0, count) in [(0, 1), (1, steps - 1)] {
+                p.run(
+                    &g,
+                    &m,
+                    (dptr(&dx, st), dptr(&dy, st), n),
+                    (dptr(&loss, st), dptr(&correct, st)),
+                    (step0, count, seed),
+                    lr,
+                    mu,
+                )
+                .unwrap();
+            }
+            let got = m.params().unwrap();
+            let got_loss = g.download(&loss).unwrap();
+
+            let (mut w, mut v) = (init.clone(), vec![0.0f32; init.len()]);
+            for step in 0..steps {
+                let rows: Vec<usize> = (0..batch)
+                    .map(|r| {
+                        gpu::shuffle::permute((step * batch + r) as u32, n as u32, seed) as usize
+                    })
+                    .collect();
+                let xb: Vec<f32> = rows
+                    .iter()
+                    .flat_map(|&r| xf[r * sizes[0]..(r + 1) * sizes[0]].to_vec())
+                    .collect();
+                let yb: Vec<u8> = rows.iter().map(|&r| labels[r]).collect();
+                let (l, grads) = reference::loss_and_grads(&sizes, &round(&w), &xb, &yb, batch);
+                assert!(
+                    (got_loss[step] - l).abs() < 1e-2 * l.max(1.0),
+                    "{acc:?} batch {batch} step {step}: loss {} vs {l}",
+                    got_loss[step]
+                );
+                for k in 0..w.len() {
+                    v[k] = mu * v[k] + grads[k];
+                    w[k] -= lr * v[k];
+                }
+            }
+            // Compare what training changed, relative to the largest change of each tensor.
+            let (offs, _) = param_layout(&sizes);
+            for (l, s) in sizes.windows(2).enumerate() {
+                for (name, off, len) in [
+                    ("weight", offs[l].0, s[0] * s[1]),
+                    ("bias", offs[l].1, s[1]),
+                ] {
+                    let delta = |p: &[f32], k: usize| p[off + k] - init[off + k];
+                    let scale = (0..len).fold(0.0f32, |a, k| a.max(delta(&w, k).abs()));
+                    assert!(scale > 0.0);
+                    for k in 0..len {
+                        assert!(
+                            (delta(&got, k) - delta(&w, k)).abs() <= 3e-2 * scale,
+                            "{acc:?} batch {batch} layer {l} {name}[{k}]: moved {} vs {} (scale {scale})",
+                            delta(&got, k),
+                            delta(&w, k)
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // What the kernel does not cover is refused with a reason, never launched.
+    for (sizes, batch) in [
+        (vec![48, 24, 24, 10], 64),
+        (vec![48, 20, 10], 64),
+        (vec![40, 24, 10], 64),
+        (vec![48, 24, 10], 129),
+    ] {
+        assert!(
+            persistent::unsupported(&g, &sizes, batch)
+                .unwrap()
+                .is_some(),
+            "{sizes:?} batch {batch}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn one_epoch_learns_and_graph_replay_matches_eager() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let ds = mnist();
-    let graph = train(&g, &options(), &ds).unwrap();
+    let layered = Options {
+        layered: true,
+        ..options()
+    };
+    let graph = train(&g, &layered, &ds).unwrap();
     let eager = train(
         &g,
         &Options {
             graph: false,
-            ..options()
+            ..layered
         },
         &ds,
     )
     .unwrap();
-    let acc = graph[0].test_accuracy;
-    assert!(
-        acc > 0.93,
-        "one epoch reached only {:.2}% test accuracy",
-        100.0 * acc
-    );
+    let fused = train(&g, &options(), &ds).unwrap();
+    for (name, run) in [("layered", &graph), ("persistent", &fused)] {
+        let acc = run[0].test_accuracy;
+        assert!(
+            acc > 0.93,
+            "{name}: one epoch reached only {:.2}% test accuracy",
+            100.0 * acc
+        );
+        assert!(run[0].step_losses.last().unwrap() < &run[0].step_losses[0]);
+    }
     assert_eq!(
         graph[0].step_losses, eager[0].step_losses,
         "graph replay and eager launches must compute the same steps"
     );
-    assert!(graph[0].step_losses.last().unwrap() < &graph[0].step_losses[0]);
+    // Same batches, same init: the two paths differ only in rounding.
+    let (a, b) = (graph[0].train_loss, fused[0].train_loss);
+    assert!(
+        (a - b).abs() < 0.05 * a,
+        "mean train loss of the epoch: layered {a}, persistent {b}"
+    );
 }
 
 #[test]

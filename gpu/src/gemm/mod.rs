@@ -14,6 +14,8 @@ mod simt;
 pub use simt::epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
+#[cfg(target_arch = "nvptx64")]
+pub(crate) use tensor::Acc;
 
 /// Operand layouts an MLP needs: `Y = X·Wᵀ` (NT), `dX = dY·W` (NN), `dW = dYᵀ·X` (TN).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]

@@ -2,6 +2,7 @@
 //! reference of one step, and the training loop. Data sets come from `mnist` and `iris`.
 pub mod checkpoint;
 pub mod model;
+pub mod persistent;
 pub mod reference;
 pub mod train;
 

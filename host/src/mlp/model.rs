@@ -71,7 +71,8 @@ pub struct Mlp<'g> {
     pub w32: Buf<f32>,
     pub w16: Buf<f16>,
     pub g16: Buf<f16>,
-    vel: Buf<f32>,
+    /// SGD momentum of every parameter.
+    pub vel: Buf<f32>,
     /// Output of each layer (`acts[l]` is layer l's output), `rows × width`.
     acts: Vec<Buf<f16>>,
     /// Gradient w.r.t. each layer's output.

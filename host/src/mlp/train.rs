@@ -1,6 +1,7 @@
 //! The training loop: an MLP trained with the Rust kernels, every buffer carved from one arena
 //! before the first step, and each step replayed from a CUDA graph.
 use super::model::{self, Init, Mlp};
+use super::persistent::{self, Persistent};
 use super::{Dataset, Features, checkpoint};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::Version;
@@ -21,6 +22,8 @@ pub struct Options {
     pub seed: u64,
     pub accum: Accum,
     pub graph: bool,
+    /// Run each step as separate kernels even where the persistent kernel applies.
+    pub layered: bool,
     pub config: Option<Version>,
     pub metrics: Option<PathBuf>,
     pub save: Option<PathBuf>,
@@ -114,11 +117,18 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         None => model::init_params(&sizes, o.init, o.seed),
     };
     let steps = ds.train.count / o.batch; // the last partial batch is dropped
+    // The persistent kernel trains whatever it supports, unless the run asks for the layered
+    // path (or for what only it has: a forced GEMM configuration, eager launches).
+    let persistent_why = if o.layered || o.config.is_some() || !o.graph {
+        Some(String::new())
+    } else {
+        persistent::unsupported(gpu, &sizes, o.batch)?
+    };
     let eval_rows = ds.test.count.min(8192);
     let eval_chunks = ds.test.count.div_ceil(eval_rows);
 
     // Everything the run touches comes from one arena, sized by carving it once without memory.
-    let carve_all = |arena: &mut Arena| -> Result<(Buffers, Mlp)> {
+    let carve_all = |arena: &mut Arena| -> Result<(Buffers, Mlp, Option<Persistent>)> {
         let b = Buffers {
             x_train: arena.alloc(ds.train.features.len())?,
             y_train: arena.alloc(ds.train.count)?,
@@ -134,13 +144,17 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             seed: arena.alloc(1)?,
         };
         let model = Mlp::new(gpu, arena, &sizes, o.batch, eval_rows, o.accum, o.config)?;
-        Ok((b, model))
+        let p = match persistent_why {
+            None => Some(Persistent::new(gpu, arena, &sizes, o.batch, o.accum)?),
+            Some(_) => None,
+        };
+        Ok((b, model, p))
     };
     let mut measure = Arena::measuring();
     carve_all(&mut measure)?;
     let (free_before, _) = gpu.mem_info()?;
     let mut arena = Arena::new(gpu, measure.used())?;
-    let (b, model) = carve_all(&mut arena)?;
+    let (b, model, fused) = carve_all(&mut arena)?;
     let (free_after, _) = gpu.mem_info()?;
     upload_features(gpu, &ds.train.features, b.x_train)?;
     gpu.upload_to(b.y_train, &ds.train.labels)?;
@@ -168,10 +182,12 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             o.momentum,
             o.init,
             o.accum.suffix(),
-            if o.graph {
-                "CUDA graph"
-            } else {
-                "eager launches"
+            match (&fused, &persistent_why) {
+                (Some(p), _) => format!("persistent kernel ({} blocks)", p.blocks()),
+                (None, Some(why)) if !why.is_empty() =>
+                    format!("CUDA graph (the persistent kernel does not apply: {why})"),
+                _ if o.graph => "CUDA graph".into(),
+                _ => "eager launches".into(),
             },
         );
         println!(
@@ -261,7 +277,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     // Warm-up step outside the graph (sets kernel attributes, loads modules), then undo it by
     // restoring the initial weights, so the graph and eager runs train identically.
     let mut graph = None;
-    if o.graph {
+    if o.graph && fused.is_none() {
         gpu.upload_to(b.seed, &[0])?;
         gpu.upload_to(b.step, &[0])?;
         step()?;
@@ -291,25 +307,33 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     let mut metrics = String::from("epoch,step,loss,accuracy,time_s\n");
     let start_all = Instant::now();
     for epoch in 1..=o.epochs {
-        gpu.upload_to(
-            b.seed,
-            &[(o.seed as u32)
-                .wrapping_mul(1000)
-                .wrapping_add(epoch as u32)],
-        )?;
-        gpu.upload_to(b.step, &[0])?;
         bar.reset();
         bar.set_prefix(epoch.to_string());
         let t0 = Instant::now();
-        for k in 0..steps {
-            match &graph {
-                Some(g) => g.launch()?,
-                None => step()?,
-            }
-            // Progress needs the GPU to have caught up; everything else stays on the device.
-            if k % 64 == 63 {
-                gpu.sync()?;
-                bar.set_position(k as u64 + 1);
+        if let Some(p) = &fused {
+            // The whole epoch in one launch (a few milliseconds: no progress to show inside).
+            p.run(
+                gpu,
+                &model,
+                (b.x_train.ptr, b.y_train.ptr, ds.train.count),
+                (b.loss_steps.ptr, b.correct_steps.ptr),
+                (0, steps, epoch_seed(o.seed, epoch)),
+                o.lr,
+                o.momentum,
+            )?;
+        } else {
+            gpu.upload_to(b.seed, &[epoch_seed(o.seed, epoch)])?;
+            gpu.upload_to(b.step, &[0])?;
+            for k in 0..steps {
+                match &graph {
+                    Some(g) => g.launch()?,
+                    None => step()?,
+                }
+                // Progress needs the GPU to have caught up; everything else stays on the device.
+                if k % 64 == 63 {
+                    gpu.sync()?;
+                    bar.set_position(k as u64 + 1);
+                }
             }
         }
         gpu.sync()?;
@@ -374,4 +398,9 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         );
     }
     Ok(results)
+}
+
+/// The key of epoch `epoch`'s shuffle.
+fn epoch_seed(seed: u64, epoch: usize) -> u32 {
+    (seed as u32).wrapping_mul(1000).wrapping_add(epoch as u32)
 }

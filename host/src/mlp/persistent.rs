@@ -1,0 +1,158 @@
+//! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of a
+//! one-hidden-layer MLP, with one grid-wide barrier per step instead of a dozen kernels.
+use super::model::{Mlp, param_layout};
+use crate::cuda::{Arena, Buf, Gpu, PushKernelArg};
+use anyhow::Result;
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaFunction, LaunchConfig};
+use gpu::gemm::Accum;
+use gpu::persistent::{MAX_BATCH, MAX_CLASSES, MAX_DIM, Smem, THREADS, UNITS};
+
+pub struct Persistent {
+    f: CudaFunction,
+    blocks: u32,
+    batch: u32,
+    smem: Smem,
+    /// Partial logits of every block, for two consecutive steps.
+    partials: Buf<f32>,
+    /// The grid barrier's arrival count, zeroed before each launch.
+    counter: Buf<u32>,
+}
+
+/// Why the persistent kernel cannot train layers `sizes` with this batch on this GPU; `None`
+/// when it can.
+pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<String>> {
+    if sizes.len() != 3 {
+        return Ok(Some(format!(
+            "it trains one hidden layer, this model has {}",
+            sizes.len() - 2
+        )));
+    }
+    let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
+    let why = if gpu.ptx.sm < 80 {
+        format!(
+            "it needs sm_80 PTX or newer, the GPU runs {} (see GPU_ARCHS)",
+            gpu.ptx.arch
+        )
+    } else if !hidden.is_multiple_of(UNITS) {
+        format!("the hidden width {hidden} is not a multiple of {UNITS}")
+    } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
+        format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
+    } else if batch > MAX_BATCH {
+        format!("the batch {batch} is above {MAX_BATCH}")
+    } else if classes > MAX_CLASSES {
+        format!("{classes} classes are more than {MAX_CLASSES}")
+    } else {
+        let bytes = Smem::new(batch, dim, classes).bytes;
+        let max = gpu.max_smem_optin()?;
+        if bytes > max {
+            format!(
+                "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
+            )
+        } else {
+            let resident = resident_blocks(gpu, &gpu.function("mlp1_persistent_f16")?, bytes)?;
+            let blocks = hidden / UNITS;
+            if blocks > resident {
+                format!(
+                    "{blocks} blocks (one per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
+                )
+            } else {
+                return Ok(None);
+            }
+        }
+    };
+    Ok(Some(why))
+}
+
+fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
+    Ok(per_sm as usize * gpu.sm_count()? as usize)
+}
+
+impl Persistent {
+    /// Carves the kernel's buffers from `arena`; check [`unsupported`] first.
+    pub fn new(
+        gpu: &Gpu,
+        arena: &mut Arena,
+        sizes: &[usize],
+        batch: usize,
+        acc: Accum,
+    ) -> Result<Persistent> {
+        let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
+        let smem = Smem::new(batch, sizes[0], sizes[2]);
+        let blocks = sizes[1] / UNITS;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem.bytes as i32,
+        )?;
+        Ok(Persistent {
+            f,
+            blocks: blocks as u32,
+            batch: batch as u32,
+            smem,
+            partials: arena.alloc(2 * blocks * batch * sizes[2])?,
+            counter: arena.alloc(1)?,
+        })
+    }
+
+    /// Runs steps `step0..step0 + steps` of an epoch whose shuffle is keyed by `seed`, over the
+    /// training set `x`/`y` (`n` examples), writing each step's mean loss and correct count to
+    /// `loss[step]`/`correct[step]`. Queued on the stream; nothing is copied to the host.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        gpu: &Gpu,
+        model: &Mlp,
+        (x, y, n): (u64, u64, usize),
+        (loss, correct): (u64, u64),
+        (step0, steps, seed): (usize, usize, u32),
+        lr: f32,
+        momentum: f32,
+    ) -> Result<()> {
+        gpu.zero(self.counter)?;
+        let (offs, _) = param_layout(&model.sizes);
+        let [dim, hidden, classes] = [0, 1, 2].map(|i| model.sizes[i] as u32);
+        let o = [offs[0].0, offs[0].1, offs[1].0, offs[1].1].map(|v| v as u32);
+        let (n, step0, steps) = (n as u32, step0 as u32, steps as u32);
+        let mut b = gpu.stream.launch_builder(&self.f);
+        b.arg(&x)
+            .arg(&y)
+            .arg(&n)
+            .arg(&dim)
+            .arg(&hidden)
+            .arg(&classes);
+        b.arg(&self.batch)
+            .arg(&model.w32.ptr)
+            .arg(&model.w16.ptr)
+            .arg(&model.vel.ptr);
+        b.arg(&o[0])
+            .arg(&o[1])
+            .arg(&o[2])
+            .arg(&o[3])
+            .arg(&lr)
+            .arg(&momentum);
+        b.arg(&loss)
+            .arg(&correct)
+            .arg(&step0)
+            .arg(&steps)
+            .arg(&seed);
+        b.arg(&self.partials.ptr).arg(&self.counter.ptr);
+        let cfg = LaunchConfig {
+            grid_dim: (self.blocks, 1, 1),
+            block_dim: (THREADS as u32, 1, 1),
+            shared_mem_bytes: self.smem.bytes as u32,
+        };
+        // Cooperative: the driver refuses the launch unless every block can be resident at
+        // once, which the grid barrier needs.
+        unsafe { b.launch_cooperative(cfg) }?;
+        Ok(())
+    }
+
+    pub fn blocks(&self) -> u32 {
+        self.blocks
+    }
+}
