@@ -8,29 +8,31 @@
 //! Decomposition: block `b` owns hidden units `8b..8b+8` (one n = 8 `mma` tile): those rows of
 //! W1, entries of b1 and columns of W2. Everything but the logits is block-local:
 //! - forward, `H[:, own] = relu(X·W1[own]ᵀ + b1[own])`, needs the batch and the block's weights;
-//! - the logits `H·W2ᵀ` are a sum over blocks: each block writes its partial product, all meet
-//!   at the step's barrier, and each sums the partials in the same order, so every block holds
-//!   the same logits and computes the same softmax gradient;
+//! - the logits `H·W2ᵀ` are a sum over blocks: each block adds its partial product into one
+//!   buffer, all meet at the step's barrier, and each reads the sums back. The adds are 64-bit
+//!   fixed point, which is associative: the sums do not depend on the order of arrival, so runs
+//!   repeat bit for bit and every block computes the same softmax gradient;
 //! - from it, each block derives its dW2 columns, `dH[:, own]`, db1 and
 //!   `dW1[own] = dH[:, own]ᵀ·X`, and updates what it owns (every block updates b2 alike).
 //!
-//! The batch stays in shared memory (fp16) from the forward to dW1, so a step reads it from
-//! global memory once, and the next batch is requested as soon as dW1 is done with it. W1's
-//! fp32 master values and momentum live in registers for the whole launch; the fp16 copy the
-//! tensor cores read lives in shared memory.
+//! Warp `w` owns batch rows `16w..16w+16` through the forward, the partial logits, the softmax
+//! and dH, so those stay in its registers as `mma` fragments (an accumulator fragment of one
+//! product is the A fragment of the next). The batch stays in shared memory (fp16) from the
+//! forward to dW1, so a step reads it from global memory once. W1's fp32 master values and
+//! momentum live in registers for the whole launch; its fp16 copy lives in shared memory.
 
 /// Hidden units per block: one n = 8 `mma` tile.
 pub const UNITS: usize = 8;
-/// Threads per block: 8 warps, one 16-row tile of the batch each in the forward.
+/// Threads per block: 8 warps, one 16-row tile of the batch each.
 pub const THREADS: usize = 256;
-/// Limits of the kernel: the batch fits one 16-row tile per warp, the input width fits seven
-/// 16-wide tiles of dW1ᵀ per warp, and each thread sums at most two groups of logits.
+/// Limits of the kernel: one 16-row tile of the batch per warp, seven 16-wide tiles of dW1ᵀ
+/// along the input per warp, the classes within one k = 16 `mma` step.
 pub const MAX_BATCH: usize = 128;
 pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
 
-/// Byte offsets of the kernel's dynamic shared memory for one (batch, input width, classes).
-/// The host sizes the launch with it, the kernel finds its buffers with it.
+/// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
+/// sizes the launch with it, the kernel finds its buffers with it.
 #[derive(Clone, Copy, Debug)]
 pub struct Smem {
     /// Batch rows rounded up to the 16 of an `mma` tile (the extra rows hold zeros).
@@ -42,55 +44,70 @@ pub struct Smem {
     pub x: usize,
     /// The block's rows of W1, fp16 `[UNITS][stride]`.
     pub w1: usize,
-    /// `dH[:, own]`, fp16 `[rows rounded to 32][UNITS]`.
-    pub dh: usize,
-    /// `H[:, own]` after ReLU (fp16-rounded values), f32 `[rows][UNITS]`.
+    /// `H[:, own]` and `dH[:, own]`, fp16 `[rows rounded to 32][UNITS]` each.
     pub h: usize,
-    /// Logits, then their gradient, f32 `[batch][classes]`.
-    pub logits: usize,
+    pub dh: usize,
+    /// Gradient of the logits, fp16 `[rows][MAX_CLASSES]`.
+    pub dl: usize,
+    /// The block's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
+    pub w2_cu: usize,
+    pub w2_uc: usize,
     /// Source example of each row of the next batch, u32 `[rows]`.
     pub src: usize,
     /// Labels of the current and the next batch, u32 `[2][rows]`.
     pub labels: usize,
-    /// Small parameters, f32: W2 columns (master, momentum, fp16 value, each `[classes][UNITS]`),
-    /// b1 (the same three, `[UNITS]`), b2 (`[classes]`), then the W2/b2 gradients
-    /// (`[classes][UNITS + 1]`) and one value per warp for block sums.
+    /// f32: W2 columns (master and momentum, `[MAX_CLASSES][UNITS]` each), b1 (master,
+    /// momentum, fp16 value), b2 (the same, `[MAX_CLASSES]`), per-warp partial sums of db1
+    /// (`[warps][UNITS]`) and of the loss and correct count (`[2][warps]`).
     pub params: usize,
     pub bytes: usize,
 }
 
-const fn align16(x: usize) -> usize {
-    x.div_ceil(16) * 16
-}
-
 impl Smem {
-    pub const fn new(batch: usize, dim: usize, classes: usize) -> Smem {
+    pub const fn new(batch: usize, dim: usize) -> Smem {
         let rows = batch.div_ceil(16) * 16;
+        let rows32 = rows.div_ceil(32) * 32;
         let stride = ((dim * 2).div_ceil(16) | 1) * 16;
         let x = 0;
         let w1 = x + rows * stride;
-        let dh = w1 + UNITS * stride;
-        let h = dh + rows.div_ceil(32) * 32 * UNITS * 2;
-        let logits = h + rows * UNITS * 4;
-        let src = align16(logits + batch * classes * 4);
+        let h = w1 + UNITS * stride;
+        let dh = h + rows32 * UNITS * 2;
+        let dl = dh + rows32 * UNITS * 2;
+        let w2_cu = dl + rows * MAX_CLASSES * 2;
+        let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
+        let src = w2_uc + MAX_CLASSES * UNITS * 2;
         let labels = src + rows * 4;
         let params = labels + 2 * rows * 4;
-        let floats = 3 * classes * UNITS + 3 * UNITS + 3 * classes + classes * (UNITS + 1) + 8;
+        let warps = THREADS / 32;
+        let floats =
+            2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + warps * UNITS + 2 * warps;
         Smem {
             rows,
             stride,
             x,
             w1,
-            dh,
             h,
-            logits,
+            dh,
+            dl,
+            w2_cu,
+            w2_uc,
             src,
             labels,
             params,
-            bytes: align16(params + floats * 4),
+            bytes: params + floats * 4,
         }
     }
 }
+
+/// Elements of the global logits buffer per step: the sums, then a count of partial values
+/// that were not finite (or too large for the fixed point), which turns the loss into NaN.
+pub const fn logits_slot(batch: usize, classes: usize) -> usize {
+    batch * classes + 1
+}
+
+/// The logits buffer rotates over three slots: step k adds into slot k % 3 while block 0
+/// clears slot (k + 1) % 3, which every block finished reading before step k began.
+pub const LOGIT_SLOTS: usize = 3;
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
@@ -106,9 +123,15 @@ mod kernel {
     const WARPS: usize = THREADS / 32;
     /// 16-wide tiles of dW1ᵀ (along the input) per warp.
     const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
-    /// Independent accumulators for the forward's single column of tiles along K, so the
+    /// Independent accumulators of the forward's single column of tiles along K, so the
     /// tensor cores are not waiting on one long dependent chain.
-    const CHAINS: usize = 4;
+    const CHAINS: usize = 2;
+    /// Fixed point of the logit sums: 32 fractional bits. Partial values beyond ±2^20 count as
+    /// divergence, which keeps any sum of up to 2^11 blocks inside an i64.
+    const FIX: f32 = 4294967296.0;
+    const FIX_LIMIT: f32 = 1048576.0;
+    /// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
+    const ONES: [u32; 2] = [0x3c00_3c00; 2];
 
     /// Every block of the grid arrives; returns when `counter` reaches `target` (the number of
     /// blocks times the steps done so far: the host zeroes it before each launch). All blocks
@@ -134,12 +157,20 @@ mod kernel {
         sync_threads();
     }
 
-    /// A load that bypasses L1: the value was written by another SM during this launch.
     #[inline(always)]
-    fn ld_cg(p: *const f32) -> f32 {
-        let v: f32;
+    fn red_add_i64(p: *mut i64, v: i64) {
         unsafe {
-            asm!("ld.global.cg.f32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p,
+            asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v,
+                 options(nostack));
+        }
+    }
+
+    /// A load that bypasses L1: the value was written by other SMs during this launch.
+    #[inline(always)]
+    fn ld_cg_i64(p: *const i64) -> i64 {
+        let v: i64;
+        unsafe {
+            asm!("ld.global.cg.s64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p,
                  options(readonly, nostack));
         }
         v
@@ -156,11 +187,31 @@ mod kernel {
     }
 
     #[inline(always)]
+    fn sts_u32(addr: u32, v: u32) {
+        unsafe {
+            asm!("st.shared.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
+                 options(nostack));
+        }
+    }
+
+    #[inline(always)]
     fn sts_u16(addr: u32, v: u16) {
         unsafe {
             asm!("st.shared.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v,
                  options(nostack));
         }
+    }
+
+    /// `x`, hidden from the optimiser: addresses derived from it are computed inside the step
+    /// loop instead of being hoisted out of it, where the dozens of them would each hold a
+    /// register for the whole launch (and push W1's registers into local memory).
+    #[inline(always)]
+    fn opaque(x: u32) -> u32 {
+        let o: u32;
+        unsafe {
+            asm!("mov.b32 {o}, {x};", o = out(reg32) o, x = in(reg32) x, options(nomem, nostack))
+        };
+        o
     }
 
     /// `x` rounded to fp16 and back: the value the tensor cores and the layered path see.
@@ -175,6 +226,22 @@ mod kernel {
         *v = momentum * *v + g;
         *w -= lr * *v;
         *w
+    }
+
+    /// B fragments of `k`-steps 0..rows/16 of an fp16 `[rows][UNITS]` tile in shared memory
+    /// (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming row l.
+    #[inline(always)]
+    fn unit_frags(tile: u32, rows: usize) -> [[u32; 2]; MAX_BATCH / 16] {
+        let mut bf = [[0u32; 2]; MAX_BATCH / 16];
+        for pair in 0..MAX_BATCH / 32 {
+            if 32 * pair < rows {
+                let r =
+                    ldmatrix_x4_trans(tile + ((32 * pair + lane() as usize) * UNITS * 2) as u32);
+                bf[2 * pair] = [r[0], r[1]];
+                bf[2 * pair + 1] = [r[2], r[3]];
+            }
+        }
+        bf
     }
 
     #[inline(always)]
@@ -201,48 +268,50 @@ mod kernel {
         step0: u32,
         steps: u32,
         seed: u32,
-        partials: *mut f32,
+        logits: *mut i64,
         counter: *mut u32,
     ) {
-        let lay = Smem::new(batch as usize, dim as usize, classes as usize);
+        let lay = Smem::new(batch as usize, dim as usize);
         let base = dynamic_shared::<u8>();
-        let sbase = shared_addr(base);
-        let f32_at = |off: usize| unsafe { base.add(off) as *mut f32 };
-        let u32_at = |off: usize| unsafe { base.add(off) as *mut u32 };
-        let (sx, sw1, sdh) = (
-            sbase + lay.x as u32,
-            sbase + lay.w1 as u32,
-            sbase + lay.dh as u32,
+        let s0 = shared_addr(base);
+        let (sx, sw1, sh, sdh, sdl) = (
+            s0 + lay.x as u32,
+            s0 + lay.w1 as u32,
+            s0 + lay.h as u32,
+            s0 + lay.dh as u32,
+            s0 + lay.dl as u32,
         );
+        let (sw2_cu, sw2_uc) = (s0 + lay.w2_cu as u32, s0 + lay.w2_uc as u32);
         let stride = lay.stride as u32;
-        let (h, lg, src, labels) = (
-            f32_at(lay.h),
-            f32_at(lay.logits),
-            u32_at(lay.src),
-            u32_at(lay.labels),
-        );
-        let cn = classes as usize;
-        let p = f32_at(lay.params);
-        let (w2m, w2v, w2h) = unsafe { (p, p.add(cn * UNITS), p.add(2 * cn * UNITS)) };
-        let b1m = unsafe { p.add(3 * cn * UNITS) };
+        let (src, labels) = unsafe {
+            (
+                base.add(lay.src) as *mut u32,
+                base.add(lay.labels) as *mut u32,
+            )
+        };
+        let p = unsafe { base.add(lay.params) as *mut f32 };
+        let (w2m, w2v) = unsafe { (p, p.add(MAX_CLASSES * UNITS)) };
+        let b1m = unsafe { p.add(2 * MAX_CLASSES * UNITS) };
         let (b1v, b1h) = unsafe { (b1m.add(UNITS), b1m.add(2 * UNITS)) };
         let b2m = unsafe { b1m.add(3 * UNITS) };
-        let (b2v, b2h) = unsafe { (b2m.add(cn), b2m.add(2 * cn)) };
-        let gw = unsafe { b2m.add(3 * cn) };
-        let scratch = unsafe { gw.add(cn * (UNITS + 1)) };
+        let (b2v, b2h) = unsafe { (b2m.add(MAX_CLASSES), b2m.add(2 * MAX_CLASSES)) };
+        let db1_part = unsafe { b2m.add(3 * MAX_CLASSES) };
+        let loss_part = unsafe { db1_part.add(WARPS * UNITS) };
 
         let tid = thread_x() as usize;
         let (w, l) = (warp_id() as usize, lane() as usize);
+        let (g, t) = (l / 4, l % 4);
         let (blk, blocks) = (block_x(), grid_dim_x());
         let j0 = blk * UNITS as u32;
-        let (rows, bn) = (lay.rows, batch as usize);
-        let dh_rows = rows.div_ceil(32) * 32;
+        let (rows, bn, cn) = (lay.rows, batch as usize, classes as usize);
+        let rows32 = rows.div_ceil(32) * 32;
         let ktiles = (dim / 16) as usize;
-        let slot = bn * cn;
+        let slot = logits_slot(bn, cn);
+        let my_rows = 16 * w < rows;
 
         // Parameters in: W1 master and momentum into registers (each thread keeps the elements
         // of the dW1ᵀ fragments it computes), their fp16 copy into shared memory; the small
-        // ones into shared memory.
+        // ones into shared memory, padded with zeros to MAX_CLASSES.
         let mut wm = [[0.0f32; 4]; TILES_PER_WARP];
         let mut wv = [[0.0f32; 4]; TILES_PER_WARP];
         for i in 0..TILES_PER_WARP {
@@ -262,14 +331,19 @@ mod kernel {
                 }
             }
         }
-        if tid < cn * UNITS {
+        let set_w2h = |c: usize, j: usize, v: f32| {
+            sts_u16(sw2_cu + ((c * UNITS + j) * 2) as u32, f2h(v));
+            sts_u16(sw2_uc + ((j * MAX_CLASSES + c) * 2) as u32, f2h(v));
+        };
+        if tid < MAX_CLASSES * UNITS {
             let (c, j) = (tid / UNITS, tid % UNITS);
-            let k = (o_w2 + c as u32 * hidden + j0) as usize + j;
-            unsafe {
-                *w2m.add(tid) = *w32.add(k);
-                *w2v.add(tid) = *vel.add(k);
-                *w2h.add(tid) = round_h(*w2m.add(tid));
+            let (mut m, mut v) = (0.0, 0.0);
+            if c < cn {
+                let k = (o_w2 + c as u32 * hidden + j0) as usize + j;
+                unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
             }
+            unsafe { (*w2m.add(tid), *w2v.add(tid)) = (m, v) };
+            set_w2h(c, j, m);
         }
         if tid < UNITS {
             let k = (o_b1 + j0) as usize + tid;
@@ -279,23 +353,32 @@ mod kernel {
                 *b1h.add(tid) = round_h(*b1m.add(tid));
             }
         }
-        if tid < cn {
-            let k = o_b2 as usize + tid;
+        if tid < MAX_CLASSES {
+            let (mut m, mut v) = (0.0, 0.0);
+            if tid < cn {
+                let k = o_b2 as usize + tid;
+                unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
+            }
             unsafe {
-                *b2m.add(tid) = *w32.add(k);
-                *b2v.add(tid) = *vel.add(k);
-                *b2h.add(tid) = round_h(*b2m.add(tid));
+                *b2m.add(tid) = m;
+                *b2v.add(tid) = v;
+                *b2h.add(tid) = round_h(m);
             }
         }
-        // Rows past the batch stay zero for the whole launch (dW1 reads them).
-        let pad_words = (rows - bn) * lay.stride / 4;
-        let pad = u32_at(lay.x + bn * lay.stride);
-        let mut i = tid;
-        while i < pad_words {
-            unsafe { *pad.add(i) = 0 };
-            i += THREADS;
-        }
-        // The first batch: its rows' sources, then the copy.
+        // Rows past the batch stay zero for the whole launch: in X (dW1 reads them) and in
+        // H and dH up to the 32 rows one ldmatrix pair covers.
+        let zero = |from: usize, to: usize| {
+            let mut i = from + 4 * tid;
+            while i < to {
+                unsafe { *(base.add(i) as *mut u32) = 0 };
+                i += 4 * THREADS;
+            }
+        };
+        zero(lay.x + bn * lay.stride, lay.x + rows * lay.stride);
+        zero(lay.h + bn * UNITS * 2, lay.h + rows32 * UNITS * 2);
+        zero(lay.dh + bn * UNITS * 2, lay.dh + rows32 * UNITS * 2);
+
+        // Batches: the rows' sources and labels, then the copy.
         let gather = |step: u32, buf: usize| {
             if tid < bn {
                 let s = permute(step * batch + tid as u32, n, seed);
@@ -327,207 +410,274 @@ mod kernel {
         for k in 0..steps {
             let step = step0 + k;
             let cur = (k % 2) as usize;
+            let sums = unsafe { logits.add((k as usize % LOGIT_SLOTS) * slot) };
+            let sx = opaque(sx);
             cp_async_wait::<0>();
             sync_threads();
 
-            // Forward: warp w computes H rows 16w..16w+16 of the block's 8 units.
-            if 16 * w < rows {
-                let mut acc = [A::ZERO; CHAINS];
+            // Forward: warp w's rows of H = relu(X·W1[own]ᵀ + b1), kept as an accumulator
+            // fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
+            let mut hf = [0.0f32; 4];
+            if my_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
                 let a0 = sx + ((16 * w + mm) * lay.stride + 2 * kk) as u32;
-                let b0 = sw1 + (l / 4) as u32 * stride + 4 * (l % 4) as u32;
-                let mut ks = 0;
-                let tile = |acc: &mut A, ks: usize| {
-                    let a = ldmatrix_x4(a0 + 32 * ks as u32);
-                    let b = [
-                        lds_u32(b0 + 32 * ks as u32),
-                        lds_u32(b0 + 32 * ks as u32 + 16),
-                    ];
-                    acc.mma_k16(a, b);
+                let b0 = sw1 + g as u32 * stride + 4 * t as u32;
+                let frag = |ks: usize| {
+                    let off = 32 * ks as u32;
+                    (
+                        ldmatrix_x4(a0 + off),
+                        [lds_u32(b0 + off), lds_u32(b0 + off + 16)],
+                    )
                 };
-                while ks + CHAINS <= ktiles {
+                let mut acc = [A::ZERO; CHAINS];
+                // Groups of CHAINS k-steps, the next group's fragments loaded before this
+                // group's mma are issued.
+                let groups = ktiles / CHAINS;
+                let mut next: [([u32; 4], [u32; 2]); CHAINS] = [([0; 4], [0; 2]); CHAINS];
+                if groups > 0 {
                     for c in 0..CHAINS {
-                        tile(&mut acc[c], ks + c);
+                        next[c] = frag(c);
                     }
-                    ks += CHAINS;
                 }
-                while ks < ktiles {
-                    tile(&mut acc[0], ks);
-                    ks += 1;
+                for gi in 0..groups {
+                    let now = next;
+                    if gi + 1 < groups {
+                        for c in 0..CHAINS {
+                            next[c] = frag((gi + 1) * CHAINS + c);
+                        }
+                    }
+                    for c in 0..CHAINS {
+                        acc[c].mma_k16(now[c].0, now[c].1);
+                    }
+                }
+                for ks in groups * CHAINS..ktiles {
+                    let (a, b) = frag(ks);
+                    acc[0].mma_k16(a, b);
                 }
                 for e in 0..4 {
-                    let (r, c) = mma_c(l, e);
                     let mut s = 0.0;
                     for a in &acc {
                         s += a.get(e);
                     }
-                    let v = s + unsafe { *b1h.add(c) };
-                    // ReLU that lets NaN through, so a diverged run shows in the loss.
-                    let v = if v < 0.0 { 0.0 } else { v };
-                    unsafe { *h.add((16 * w + r) * UNITS + c) = round_h(v) };
+                    let v = s + unsafe { *b1h.add(2 * t + (e & 1)) };
+                    // A ReLU that lets NaN through, so a diverged run shows in the loss.
+                    hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
                 }
-            }
-            sync_threads();
+                let row = (16 * w + g) as u32;
+                sts_u32(
+                    sh + (row * UNITS as u32 + 2 * t as u32) * 2,
+                    pack_h2(hf[0], hf[1]),
+                );
+                sts_u32(
+                    sh + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
+                    pack_h2(hf[2], hf[3]),
+                );
 
-            // This block's share of the logits, to its slot of this step's partials.
-            let part =
-                |b: u32| unsafe { partials.add(((cur as u32 * blocks + b) as usize) * slot) };
-            let mine = part(blk);
-            let mut o = tid;
-            while o < slot {
-                let (r, c) = (o / cn, o % cn);
-                let mut s = 0.0;
-                for j in 0..UNITS {
-                    s += unsafe { *h.add(r * UNITS + j) * *w2h.add(c * UNITS + j) };
+                // Partial logits H[:, own]·W2[:, own]ᵀ: the H fragment is the A fragment of an
+                // m16n8k8 product over the 8 units; fixed-point adds into this step's sums.
+                let a = [pack_h2(hf[0], hf[1]), pack_h2(hf[2], hf[3])];
+                for nt in 0..MAX_CLASSES / 8 {
+                    if 8 * nt < cn {
+                        let b = lds_u32(sw2_cu + (((8 * nt + g) * UNITS + 2 * t) * 2) as u32);
+                        let mut d = [0.0f32; 4];
+                        mma_m16n8k8_f32(&mut d, a, b);
+                        for e in 0..4 {
+                            let (r, c) = mma_c(l, e);
+                            let (row, class) = (16 * w + r, 8 * nt + c);
+                            if row < bn && class < cn {
+                                let v = d[e];
+                                if v.abs() < FIX_LIMIT {
+                                    red_add_i64(
+                                        unsafe { sums.add(row * cn + class) },
+                                        (v * FIX) as i64,
+                                    );
+                                } else {
+                                    red_add_i64(unsafe { sums.add(slot - 1) }, 1);
+                                }
+                            }
+                        }
+                    }
                 }
-                unsafe { *mine.add(o) = s };
-                o += THREADS;
             }
-            // Sources and labels of the next batch, while the barrier waits.
+            // While the barrier waits: the next batch's sources and labels, and (block 0) the
+            // slot of the next step's sums cleared.
             if k + 1 < steps {
                 gather(step + 1, 1 - cur);
             }
+            if blk == 0 {
+                let next = unsafe { logits.add(((k as usize + 1) % LOGIT_SLOTS) * slot) };
+                let mut i = tid;
+                while i < slot {
+                    unsafe { *next.add(i) = 0 };
+                    i += THREADS;
+                }
+            }
             grid_barrier(counter, blocks * (k + 1));
 
-            // Full logits: the partials of every block, summed in block order.
-            let mut o = tid;
-            while o < slot {
-                let mut s = 0.0;
-                let mut b = 0;
-                while b + 8 <= blocks {
-                    // Eight loads in flight before the first add.
-                    let mut v = [0.0f32; 8];
-                    for i in 0..8 {
-                        v[i] = ld_cg(unsafe { part(b + i as u32).add(o) });
-                    }
-                    for i in 0..8 {
-                        s += v[i];
-                    }
-                    b += 8;
-                }
-                while b < blocks {
-                    s += ld_cg(unsafe { part(b).add(o) });
-                    b += 1;
-                }
-                unsafe { *lg.add(o) = s + *b2h.add(o % cn) };
-                o += THREADS;
-            }
-            sync_threads();
-
-            // Softmax cross-entropy, one row per thread; the logits become their gradient.
+            // Softmax cross-entropy, one row per thread; the gradient of the logits, scaled by
+            // 1/batch, goes to shared memory in fp16.
             let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
             if tid < bn {
-                let z = unsafe { lg.add(tid * cn) };
+                let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
+                let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
+                for c in 0..MAX_CLASSES {
+                    if c < cn {
+                        let v = ld_cg_i64(unsafe { sums.add(tid * cn + c) }) as f32 / FIX;
+                        z[c] = if poisoned {
+                            f32::NAN
+                        } else {
+                            v + unsafe { *b2h.add(c) }
+                        };
+                    }
+                }
                 let label = unsafe { *labels.add(cur * rows + tid) } as usize;
-                let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
-                for c in 0..cn {
-                    let v = unsafe { *z.add(c) };
-                    if v > max {
-                        max = v;
-                        arg = c;
+                let (mut max, mut arg) = (z[0], 0);
+                for c in 1..MAX_CLASSES {
+                    if z[c] > max {
+                        (max, arg) = (z[c], c);
                     }
                 }
+                let mut e = [0.0f32; MAX_CLASSES];
                 let mut sum = 0.0;
-                for c in 0..cn {
-                    sum += exp2((unsafe { *z.add(c) } - max) * LOG2_E);
-                }
-                l_sum = log2(sum) * LN_2 - (unsafe { *z.add(label) } - max);
-                c_sum = (arg == label) as u32 as f32;
-                let scale = 1.0 / (sum * batch as f32);
-                for c in 0..cn {
-                    let e = exp2((unsafe { *z.add(c) } - max) * LOG2_E) * scale;
-                    let g = e - (c == label) as u32 as f32 / batch as f32;
-                    unsafe { *z.add(c) = g };
-                }
-            }
-            let l_total = unsafe { block_sum_f32(l_sum, scratch) };
-            let c_total = unsafe { block_sum_f32(c_sum, scratch) };
-            if blk == 0 && tid == 0 {
-                unsafe {
-                    *loss.add(step as usize) = l_total / batch as f32;
-                    *correct.add(step as usize) = c_total;
-                }
-            }
-
-            // dH = dlogits·W2[:, own], through the ReLU, fp16 for the tensor cores.
-            let mut o = tid;
-            while o < dh_rows * UNITS {
-                let (r, j) = (o / UNITS, o % UNITS);
-                let mut s = 0.0;
-                if r < bn && unsafe { *h.add(o) } > 0.0 {
-                    for c in 0..cn {
-                        s += unsafe { *lg.add(r * cn + c) * *w2h.add(c * UNITS + j) };
+                let mut zl = 0.0;
+                for c in 0..MAX_CLASSES {
+                    if c < cn {
+                        e[c] = exp2((z[c] - max) * LOG2_E);
+                        sum += e[c];
+                    }
+                    if c == label {
+                        zl = z[c];
                     }
                 }
-                sts_u16(sdh + 2 * o as u32, f2h(s));
-                o += THREADS;
-            }
-            // dW2[:, own] and db2: one warp per sum over the batch.
-            let mut q = w;
-            while q < cn * (UNITS + 1) {
-                let (c, j) = (q / (UNITS + 1), q % (UNITS + 1));
-                let mut s = 0.0;
-                let mut r = l;
-                while r < bn {
-                    let d = unsafe { *lg.add(r * cn + c) };
-                    s += if j < UNITS {
-                        d * unsafe { *h.add(r * UNITS + j) }
-                    } else {
-                        d
+                l_sum = log2(sum) * LN_2 - (zl - max);
+                c_sum = (arg == label) as u32 as f32;
+                let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
+                for c2 in 0..MAX_CLASSES / 2 {
+                    let c = 2 * c2;
+                    let grad = |c: usize| {
+                        if c < cn {
+                            (e[c] * inv - (c == label) as u32 as f32) * scale
+                        } else {
+                            0.0
+                        }
                     };
-                    r += 32;
+                    sts_u32(
+                        sdl + ((tid * MAX_CLASSES + c) * 2) as u32,
+                        pack_h2(grad(c), grad(c + 1)),
+                    );
                 }
-                let s = warp_sum_f32(s);
-                if l == 0 {
-                    unsafe { *gw.add(q) = s };
+            } else if tid < rows {
+                for c2 in 0..MAX_CLASSES / 2 {
+                    sts_u32(sdl + ((tid * MAX_CLASSES + 2 * c2) * 2) as u32, 0);
                 }
-                q += WARPS;
+            }
+            let (l_w, c_w) = (warp_sum_f32(l_sum), warp_sum_f32(c_sum));
+            if l == 0 {
+                unsafe {
+                    *loss_part.add(w) = l_w;
+                    *loss_part.add(WARPS + w) = c_w;
+                }
             }
             sync_threads();
 
-            // Updates of W2[:, own] and b2 (every block alike), then db1 and b1.
-            if tid < cn * (UNITS + 1) {
-                let (c, j) = (tid / (UNITS + 1), tid % (UNITS + 1));
-                let g = unsafe { *gw.add(tid) };
-                unsafe {
-                    if j < UNITS {
-                        let i = c * UNITS + j;
-                        *w2h.add(i) =
-                            round_h(sgd(&mut *w2m.add(i), &mut *w2v.add(i), g, lr, momentum));
-                    } else {
-                        *b2h.add(c) =
-                            round_h(sgd(&mut *b2m.add(c), &mut *b2v.add(c), g, lr, momentum));
-                    }
+            // dH = dlogits·W2[:, own] for warp w's rows (one k16 step over the classes), through
+            // the ReLU: the H fragment has the same layout. db1's per-warp share by shuffles.
+            let mut db1 = [0.0f32; 2];
+            if my_rows {
+                let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
+                let a = ldmatrix_x4(sdl + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
+                let b0 = sw2_uc + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
+                let mut d = [0.0f32; 4];
+                mma_m16n8k16_f32(&mut d, a, [lds_u32(b0), lds_u32(b0 + 16)]);
+                for e in 0..4 {
+                    d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
+                    db1[e & 1] += d[e];
+                }
+                let row = (16 * w + g) as u32;
+                sts_u32(
+                    sdh + (row * UNITS as u32 + 2 * t as u32) * 2,
+                    pack_h2(d[0], d[1]),
+                );
+                sts_u32(
+                    sdh + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
+                    pack_h2(d[2], d[3]),
+                );
+                for m in 0..3 {
+                    db1[0] += shfl_xor_f32(db1[0], 4 << m);
+                    db1[1] += shfl_xor_f32(db1[1], 4 << m);
                 }
             }
-            {
-                let j = w; // one warp per unit
-                let dh = unsafe { base.add(lay.dh) as *const u16 };
-                let mut s = 0.0;
-                let mut r = l;
-                while r < bn {
-                    s += h2f(unsafe { *dh.add(r * UNITS + j) });
-                    r += 32;
+            if l < 4 {
+                unsafe {
+                    *db1_part.add(w * UNITS + 2 * t) = db1[0];
+                    *db1_part.add(w * UNITS + 2 * t + 1) = db1[1];
                 }
-                let s = warp_sum_f32(s);
-                if l == 0 {
+            }
+            sync_threads();
+
+            if blk == 0 && tid == 0 {
+                let (mut ls, mut cs) = (0.0, 0.0);
+                for i in 0..WARPS {
                     unsafe {
-                        *b1h.add(j) =
-                            round_h(sgd(&mut *b1m.add(j), &mut *b1v.add(j), s, lr, momentum));
+                        ls += *loss_part.add(i);
+                        cs += *loss_part.add(WARPS + i);
+                    }
+                }
+                unsafe {
+                    *loss.add(step as usize) = ls / batch as f32;
+                    *correct.add(step as usize) = cs;
+                }
+            }
+            if tid < UNITS {
+                let mut s = 0.0;
+                for i in 0..WARPS {
+                    s += unsafe { *db1_part.add(i * UNITS + tid) };
+                }
+                unsafe {
+                    *b1h.add(tid) =
+                        round_h(sgd(&mut *b1m.add(tid), &mut *b1v.add(tid), s, lr, momentum))
+                };
+            }
+            let ksteps = rows / 16;
+            if w == WARPS - 1 {
+                // dW2[:, own] = dlogitsᵀ·H and db2 = dlogitsᵀ·1 over the whole batch, by the
+                // last warp (it has one dW1 tile fewer than warp 0), then their updates.
+                let hb = unit_frags(sh, rows);
+                let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
+                let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
+                for ks in 0..MAX_BATCH / 16 {
+                    if ks < ksteps {
+                        let a = ldmatrix_x4_trans(
+                            sdl + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32,
+                        );
+                        mma_m16n8k16_f32(&mut dw, a, hb[ks]);
+                        mma_m16n8k16_f32(&mut db, a, ONES);
+                    }
+                }
+                for e in 0..4 {
+                    let (c, j) = mma_c(l, e);
+                    if c < cn {
+                        let i = c * UNITS + j;
+                        let nw =
+                            unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), dw[e], lr, momentum) };
+                        set_w2h(c, j, nw);
+                        if j == 0 {
+                            unsafe {
+                                *b2h.add(c) = round_h(sgd(
+                                    &mut *b2m.add(c),
+                                    &mut *b2v.add(c),
+                                    db[e],
+                                    lr,
+                                    momentum,
+                                ))
+                            };
+                        }
                     }
                 }
             }
 
             // dW1[own]ᵀ = Xᵀ·dH[:, own]: warp w owns input tiles w, w+8, …; then their update.
-            let ksteps = rows / 16;
-            let mut bf = [[0u32; 2]; MAX_BATCH / 16];
-            for pair in 0..MAX_BATCH / 32 {
-                if 2 * pair < ksteps {
-                    let r = ldmatrix_x4_trans(sdh + ((32 * pair + l) * UNITS * 2) as u32);
-                    bf[2 * pair] = [r[0], r[1]];
-                    bf[2 * pair + 1] = [r[2], r[3]];
-                }
-            }
+            let bf = unit_frags(sdh, rows);
             let mut acc = [A::ZERO; TILES_PER_WARP];
             let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
             for ks in 0..MAX_BATCH / 16 {
@@ -563,25 +713,24 @@ mod kernel {
         }
 
         // Parameters out: fp32 master, momentum and the fp16 copy the layered kernels read.
-        for i in 0..TILES_PER_WARP {
-            let mt = w + WARPS * i;
-            if mt < ktiles {
-                for e in 0..4 {
-                    let (r, c) = mma_c(l, e);
-                    let k = (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r;
-                    unsafe {
-                        *w32.add(k) = wm[i][e];
-                        *vel.add(k) = wv[i][e];
-                        *w16.add(k) = f2h(wm[i][e]);
-                    }
-                }
-            }
-        }
         let put = |k: usize, m: f32, v: f32| unsafe {
             *w32.add(k) = m;
             *vel.add(k) = v;
             *w16.add(k) = f2h(m);
         };
+        for i in 0..TILES_PER_WARP {
+            let mt = w + WARPS * i;
+            if mt < ktiles {
+                for e in 0..4 {
+                    let (r, c) = mma_c(l, e);
+                    put(
+                        (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r,
+                        wm[i][e],
+                        wv[i][e],
+                    );
+                }
+            }
+        }
         if tid < cn * UNITS {
             let (c, j) = (tid / UNITS, tid % UNITS);
             let k = (o_w2 + c as u32 * hidden + j0) as usize + j;
@@ -628,14 +777,13 @@ mod kernel {
                     step0: u32,
                     steps: u32,
                     seed: u32,
-                    partials: *mut f32,
+                    logits: *mut i64,
                     counter: *mut u32,
                 ) {
                     unsafe {
                         train::<$acc>(
                             x, y, n, dim, hidden, classes, batch, w32, w16, vel, o_w1, o_b1, o_w2,
-                            o_b2, lr, momentum, loss, correct, step0, steps, seed, partials,
-                            counter,
+                            o_b2, lr, momentum, loss, correct, step0, steps, seed, logits, counter,
                         )
                     }
                 }

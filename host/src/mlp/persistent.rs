@@ -6,15 +6,17 @@ use anyhow::Result;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
-use gpu::persistent::{MAX_BATCH, MAX_CLASSES, MAX_DIM, Smem, THREADS, UNITS};
+use gpu::persistent::{
+    LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, Smem, THREADS, UNITS, logits_slot,
+};
 
 pub struct Persistent {
     f: CudaFunction,
     blocks: u32,
     batch: u32,
     smem: Smem,
-    /// Partial logits of every block, for two consecutive steps.
-    partials: Buf<f32>,
+    /// Fixed-point logit sums, one slot per step in rotation.
+    logits: Buf<i64>,
     /// The grid barrier's arrival count, zeroed before each launch.
     counter: Buf<u32>,
 }
@@ -43,7 +45,7 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<St
     } else if classes > MAX_CLASSES {
         format!("{classes} classes are more than {MAX_CLASSES}")
     } else {
-        let bytes = Smem::new(batch, dim, classes).bytes;
+        let bytes = Smem::new(batch, dim).bytes;
         let max = gpu.max_smem_optin()?;
         if bytes > max {
             format!(
@@ -83,7 +85,7 @@ impl Persistent {
         acc: Accum,
     ) -> Result<Persistent> {
         let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
-        let smem = Smem::new(batch, sizes[0], sizes[2]);
+        let smem = Smem::new(batch, sizes[0]);
         let blocks = sizes[1] / UNITS;
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -94,7 +96,7 @@ impl Persistent {
             blocks: blocks as u32,
             batch: batch as u32,
             smem,
-            partials: arena.alloc(2 * blocks * batch * sizes[2])?,
+            logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
             counter: arena.alloc(1)?,
         })
     }
@@ -114,6 +116,7 @@ impl Persistent {
         momentum: f32,
     ) -> Result<()> {
         gpu.zero(self.counter)?;
+        gpu.zero(self.logits)?;
         let (offs, _) = param_layout(&model.sizes);
         let [dim, hidden, classes] = [0, 1, 2].map(|i| model.sizes[i] as u32);
         let o = [offs[0].0, offs[0].1, offs[1].0, offs[1].1].map(|v| v as u32);
@@ -140,7 +143,7 @@ impl Persistent {
             .arg(&step0)
             .arg(&steps)
             .arg(&seed);
-        b.arg(&self.partials.ptr).arg(&self.counter.ptr);
+        b.arg(&self.logits.ptr).arg(&self.counter.ptr);
         let cfg = LaunchConfig {
             grid_dim: (self.blocks, 1, 1),
             block_dim: (THREADS as u32, 1, 1),
