@@ -3,59 +3,73 @@
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
 //! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
-//! and draining them. Here a step costs one grid-wide barrier.
+//! and draining them. Here a step costs two barriers: one of the grid, one of a pair of blocks.
 //!
-//! Decomposition: block `b` owns hidden units `8b..8b+8` (one n = 8 `mma` tile): those rows of
-//! W1, entries of b1 and columns of W2. Everything but the logits is block-local:
-//! - forward, `H[:, own] = relu(X·W1[own]ᵀ + b1[own])`, needs the batch and the block's weights;
-//! - the logits `H·W2ᵀ` are a sum over blocks: each block adds its partial product into one
-//!   buffer, all meet at the step's barrier, and each reads the sums back. The adds are 64-bit
-//!   fixed point, which is associative: the sums do not depend on the order of arrival, so runs
-//!   repeat bit for bit and every block computes the same softmax gradient;
-//! - from it, each block derives its dW2 columns, `dH[:, own]`, db1 and
-//!   `dW1[own] = dH[:, own]ᵀ·X`, and updates what it owns (every block updates b2 alike).
+//! Decomposition: the hidden units are cut in slices of 8 (one n = 8 `mma` tile) and the batch
+//! in two halves; block `2s + h` owns slice `s` for half `h`. Each block holds its slice's
+//! rows of W1, entries of b1 and columns of W2 (the two blocks of a slice hold identical
+//! copies) and its half of the batch (fp16, in shared memory, the next batch's copy arriving
+//! during the step). A step:
+//! - forward, `H = relu(X·W1[s]ᵀ + b1[s])` for the block's rows: block-local;
+//! - logits `H·W2ᵀ`: a sum over slices. Each block adds its partial product into one buffer in
+//!   64-bit fixed point, whose adds are associative, so the sums do not depend on the order of
+//!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
+//! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
+//!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
+//! - the two blocks of a slice exchange their shares through global memory (pair barrier),
+//!   add them in the same order, and apply the same SGD update to their copies.
 //!
-//! Warp `w` owns batch rows `16w..16w+16` through the forward, the partial logits, the softmax
-//! and dH, so those stay in its registers as `mma` fragments (an accumulator fragment of one
-//! product is the A fragment of the next). The batch stays in shared memory (fp16) from the
-//! forward to dW1, so a step reads it from global memory once. W1's fp32 master values and
-//! momentum live in registers for the whole launch; its fp16 copy lives in shared memory.
+//! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
+//! second buffer: the copy of the next batch (the step's largest transfer) overlaps the whole
+//! step instead of preceding its forward. Within a block, warps own 16-row tiles of the batch
+//! through the forward, the partial logits, the softmax and dH, so those stay in registers as
+//! `mma` fragments (an accumulator fragment of one product is the A fragment of the next). W1's
+//! fp32 master values and momentum live in registers for the whole launch.
 
-/// Hidden units per block: one n = 8 `mma` tile.
+/// Hidden units per slice: one n = 8 `mma` tile.
 pub const UNITS: usize = 8;
-/// Threads per block: 8 warps, one 16-row tile of the batch each.
+/// Threads per block: 8 warps.
 pub const THREADS: usize = 256;
-/// Limits of the kernel: one 16-row tile of the batch per warp, seven 16-wide tiles of dW1ᵀ
-/// along the input per warp, the classes within one k = 16 `mma` step.
+const WARPS: usize = THREADS / 32;
+/// Limits of the kernel: four 16-row tiles per half batch (two warps each in the forward),
+/// seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16 step.
 pub const MAX_BATCH: usize = 128;
 pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
+/// 16-wide tiles of dW1ᵀ (along the input) per warp.
+const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
+
+/// Blocks per slice of hidden units: the batch is split in this many parts.
+pub const PARTS: usize = 2;
 
 /// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
 /// sizes the launch with it, the kernel finds its buffers with it.
 #[derive(Clone, Copy, Debug)]
 pub struct Smem {
-    /// Batch rows rounded up to the 16 of an `mma` tile (the extra rows hold zeros).
+    /// Rows of the batch per block (half the batch, rounded up to the 16 of an `mma` tile);
+    /// the rows a block does not fill hold zeros.
     pub rows: usize,
     /// Bytes per row of the batch and of W1: an odd number of 16-byte chunks, so the eight rows
     /// one `ldmatrix` phase reads fall in eight different bank groups.
     pub stride: usize,
-    /// The batch, fp16 `[rows][stride]`.
+    /// Two buffers of the block's rows of the batch, fp16 `[2][rows][stride]`.
     pub x: usize,
-    /// The block's rows of W1, fp16 `[UNITS][stride]`.
+    /// The slice's rows of W1, fp16 `[UNITS][stride]`.
     pub w1: usize,
-    /// `H[:, own]` and `dH[:, own]`, fp16 `[rows rounded to 32][UNITS]` each.
+    /// `H[:, s]` and `dH[:, s]`, fp16 `[rows rounded to 32][UNITS]` each.
     pub h: usize,
     pub dh: usize,
     /// Gradient of the logits, fp16 `[rows][MAX_CLASSES]`.
     pub dl: usize,
-    /// The block's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
+    /// The slice's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
     pub w2_cu: usize,
     pub w2_uc: usize,
-    /// Source example of each row of the next batch, u32 `[rows]`.
+    /// Source example of each of the block's rows of the next batch, u32 `[rows]`.
     pub src: usize,
     /// Labels of the current and the next batch, u32 `[2][rows]`.
     pub labels: usize,
+    /// The forward's second K half, f32 `[4 tiles][4][32 lanes]`.
+    pub fwd: usize,
     /// f32: W2 columns (master and momentum, `[MAX_CLASSES][UNITS]` each), b1 (master,
     /// momentum, fp16 value), b2 (the same, `[MAX_CLASSES]`), per-warp partial sums of db1
     /// (`[warps][UNITS]`) and of the loss and correct count (`[2][warps]`).
@@ -65,11 +79,11 @@ pub struct Smem {
 
 impl Smem {
     pub const fn new(batch: usize, dim: usize) -> Smem {
-        let rows = batch.div_ceil(16) * 16;
+        let rows = batch.div_ceil(PARTS).div_ceil(16) * 16;
         let rows32 = rows.div_ceil(32) * 32;
         let stride = ((dim * 2).div_ceil(16) | 1) * 16;
         let x = 0;
-        let w1 = x + rows * stride;
+        let w1 = x + 2 * rows * stride;
         let h = w1 + UNITS * stride;
         let dh = h + rows32 * UNITS * 2;
         let dl = dh + rows32 * UNITS * 2;
@@ -77,10 +91,10 @@ impl Smem {
         let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
         let src = w2_uc + MAX_CLASSES * UNITS * 2;
         let labels = src + rows * 4;
-        let params = labels + 2 * rows * 4;
-        let warps = THREADS / 32;
+        let fwd = labels + 2 * rows * 4;
+        let params = fwd + 4 * 4 * 32 * 4;
         let floats =
-            2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + warps * UNITS + 2 * warps;
+            2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + WARPS * UNITS + 2 * WARPS;
         Smem {
             rows,
             stride,
@@ -93,6 +107,7 @@ impl Smem {
             w2_uc,
             src,
             labels,
+            fwd,
             params,
             bytes: params + floats * 4,
         }
@@ -109,6 +124,11 @@ pub const fn logits_slot(batch: usize, classes: usize) -> usize {
 /// clears slot (k + 1) % 3, which every block finished reading before step k began.
 pub const LOGIT_SLOTS: usize = 3;
 
+/// f32 a block leaves for its partner each step, in fragment order (so both the writes and the
+/// reads are coalesced): its share of dW1 (`[warp][tile][element][lane]`), of dW2 and db2
+/// (`[element][lane]` each) and of db1.
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 4 * 32 + 2 * 4 * 32 + UNITS;
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
     use super::*;
@@ -120,24 +140,21 @@ mod kernel {
     use crate::shuffle::permute;
     use core::arch::asm;
 
-    const WARPS: usize = THREADS / 32;
-    /// 16-wide tiles of dW1ᵀ (along the input) per warp.
-    const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
-    /// Independent accumulators of the forward's single column of tiles along K, so the
-    /// tensor cores are not waiting on one long dependent chain.
+    /// Independent accumulators per warp in the forward, so the tensor cores are not waiting
+    /// on one long dependent chain along K.
     const CHAINS: usize = 2;
     /// Fixed point of the logit sums: 32 fractional bits. Partial values beyond ±2^20 count as
-    /// divergence, which keeps any sum of up to 2^11 blocks inside an i64.
+    /// divergence, which keeps any sum of up to 2^11 slices inside an i64.
     const FIX: f32 = 4294967296.0;
     const FIX_LIMIT: f32 = 1048576.0;
     /// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
     const ONES: [u32; 2] = [0x3c00_3c00; 2];
 
-    /// Every block of the grid arrives; returns when `counter` reaches `target` (the number of
-    /// blocks times the steps done so far: the host zeroes it before each launch). All blocks
-    /// must be resident at once: the host launches cooperatively.
+    /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals
+    /// per step times the steps done so far: the host zeroes it before each launch). All
+    /// blocks must be resident at once: the host launches cooperatively.
     #[inline(always)]
-    fn grid_barrier(counter: *mut u32, target: u32) {
+    fn barrier(counter: *mut u32, target: u32) {
         sync_threads();
         if thread_x() == 0 {
             unsafe {
@@ -165,12 +182,32 @@ mod kernel {
         }
     }
 
-    /// A load that bypasses L1: the value was written by other SMs during this launch.
+    /// Adds into a slot that receives exactly two values (the two halves of the batch):
+    /// addition is commutative, so the result does not depend on which arrives first.
+    #[inline(always)]
+    fn red_add_f32(p: *mut f32, v: f32) {
+        unsafe {
+            asm!("red.relaxed.gpu.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v,
+                 options(nostack));
+        }
+    }
+
+    /// Loads that bypass L1: the values were written by other SMs during this launch.
     #[inline(always)]
     fn ld_cg_i64(p: *const i64) -> i64 {
         let v: i64;
         unsafe {
             asm!("ld.global.cg.s64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p,
+                 options(readonly, nostack));
+        }
+        v
+    }
+
+    #[inline(always)]
+    fn ld_cg_f32(p: *const f32) -> f32 {
+        let v: f32;
+        unsafe {
+            asm!("ld.global.cg.f32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p,
                  options(readonly, nostack));
         }
         v
@@ -202,14 +239,23 @@ mod kernel {
         }
     }
 
-    /// `x`, hidden from the optimiser: addresses derived from it are computed inside the step
-    /// loop instead of being hoisted out of it, where the dozens of them would each hold a
-    /// register for the whole launch (and push W1's registers into local memory).
+    /// `x`, hidden from the optimiser, so what is derived from it stays where it is computed
+    /// (see the step loop).
     #[inline(always)]
     fn opaque(x: u32) -> u32 {
         let o: u32;
         unsafe {
             asm!("mov.b32 {o}, {x};", o = out(reg32) o, x = in(reg32) x, options(nomem, nostack))
+        };
+        o
+    }
+
+    /// [`opaque`] for a pointer.
+    #[inline(always)]
+    fn opaque_ptr(p: *mut f32) -> *mut f32 {
+        let o: *mut f32;
+        unsafe {
+            asm!("mov.b64 {o}, {p};", o = out(reg64) o, p = in(reg64) p, options(nomem, nostack))
         };
         o
     }
@@ -231,9 +277,9 @@ mod kernel {
     /// B fragments of `k`-steps 0..rows/16 of an fp16 `[rows][UNITS]` tile in shared memory
     /// (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming row l.
     #[inline(always)]
-    fn unit_frags(tile: u32, rows: usize) -> [[u32; 2]; MAX_BATCH / 16] {
-        let mut bf = [[0u32; 2]; MAX_BATCH / 16];
-        for pair in 0..MAX_BATCH / 32 {
+    fn unit_frags(tile: u32, rows: usize) -> [[u32; 2]; MAX_BATCH / PARTS / 16] {
+        let mut bf = [[0u32; 2]; MAX_BATCH / PARTS / 16];
+        for pair in 0..MAX_BATCH / PARTS / 32 {
             if 32 * pair < rows {
                 let r =
                     ldmatrix_x4_trans(tile + ((32 * pair + lane() as usize) * UNITS * 2) as u32);
@@ -269,13 +315,13 @@ mod kernel {
         steps: u32,
         seed: u32,
         logits: *mut i64,
-        counter: *mut u32,
+        exchange: *mut f32,
+        counters: *mut u32,
     ) {
         let lay = Smem::new(batch as usize, dim as usize);
         let base = dynamic_shared::<u8>();
         let s0 = shared_addr(base);
-        let (sx, sw1, sh, sdh, sdl) = (
-            s0 + lay.x as u32,
+        let (sw1, sh, sdh, sdl) = (
             s0 + lay.w1 as u32,
             s0 + lay.h as u32,
             s0 + lay.dh as u32,
@@ -289,6 +335,7 @@ mod kernel {
                 base.add(lay.labels) as *mut u32,
             )
         };
+        let fwd = unsafe { base.add(lay.fwd) as *mut f32 };
         let p = unsafe { base.add(lay.params) as *mut f32 };
         let (w2m, w2v) = unsafe { (p, p.add(MAX_CLASSES * UNITS)) };
         let b1m = unsafe { p.add(2 * MAX_CLASSES * UNITS) };
@@ -302,12 +349,25 @@ mod kernel {
         let (w, l) = (warp_id() as usize, lane() as usize);
         let (g, t) = (l / 4, l % 4);
         let (blk, blocks) = (block_x(), grid_dim_x());
-        let j0 = blk * UNITS as u32;
-        let (rows, bn, cn) = (lay.rows, batch as usize, classes as usize);
+        let (slice, part) = (blk / PARTS as u32, blk as usize % PARTS);
+        let j0 = slice * UNITS as u32;
+        let (rows, cn) = (lay.rows, classes as usize);
+        // This block's rows of the batch: r0..r0 + mine (possibly none).
+        let r0 = part * rows;
+        let mine = (batch as usize).saturating_sub(r0).min(rows);
         let rows32 = rows.div_ceil(32) * 32;
         let ktiles = (dim / 16) as usize;
-        let slot = logits_slot(bn, cn);
-        let my_rows = 16 * w < rows;
+        let slot = logits_slot(batch as usize, cn);
+        let (grid_count, pair_count) = unsafe { (counters, counters.add(1 + slice as usize)) };
+        let (my_xch, partner_xch) = unsafe {
+            (
+                exchange.add(blk as usize * EXCHANGE),
+                exchange.add((blk ^ 1) as usize * EXCHANGE),
+            )
+        };
+        // The forward: warp w computes the 16-row tile w % 4 over the k-steps of parity w / 4.
+        let (ftile, fpar) = (w % 4, w / 4);
+        let frow = 16 * ftile < mine;
 
         // Parameters in: W1 master and momentum into registers (each thread keeps the elements
         // of the dW1ᵀ fragments it computes), their fp16 copy into shared memory; the small
@@ -365,8 +425,8 @@ mod kernel {
                 *b2h.add(tid) = round_h(m);
             }
         }
-        // Rows past the batch stay zero for the whole launch: in X (dW1 reads them) and in
-        // H and dH up to the 32 rows one ldmatrix pair covers.
+        // Rows the block does not fill stay zero for the whole launch: in both batch buffers
+        // (dW1 reads them), and in H and dH up to the 32 rows one ldmatrix pair covers.
         let zero = |from: usize, to: usize| {
             let mut i = from + 4 * tid;
             while i < to {
@@ -374,24 +434,28 @@ mod kernel {
                 i += 4 * THREADS;
             }
         };
-        zero(lay.x + bn * lay.stride, lay.x + rows * lay.stride);
-        zero(lay.h + bn * UNITS * 2, lay.h + rows32 * UNITS * 2);
-        zero(lay.dh + bn * UNITS * 2, lay.dh + rows32 * UNITS * 2);
+        for b in 0..2 {
+            let buf = lay.x + b * rows * lay.stride;
+            zero(buf + mine * lay.stride, buf + rows * lay.stride);
+        }
+        zero(lay.h + mine * UNITS * 2, lay.h + rows32 * UNITS * 2);
+        zero(lay.dh + mine * UNITS * 2, lay.dh + rows32 * UNITS * 2);
 
-        // Batches: the rows' sources and labels, then the copy.
-        let gather = |step: u32, buf: usize| {
-            if tid < bn {
-                let s = permute(step * batch + tid as u32, n, seed);
-                unsafe {
-                    *src.add(tid) = s;
-                    *labels.add(buf * rows + tid) = *y.add(s as usize) as u32;
-                }
+        // Batches: each row's source example, then the copy into buffer `buf`.
+        let source = |step: u32| -> u32 {
+            if tid < mine {
+                let s = permute(step * batch + (r0 + tid) as u32, n, seed);
+                unsafe { *src.add(tid) = s };
+                s
+            } else {
+                0
             }
         };
-        let load_batch = || {
+        let load_batch = |buf: usize| {
+            let sx = s0 + (lay.x + buf * rows * lay.stride) as u32;
             let chunks = (dim / 8) as usize;
             let mut r = w;
-            while r < bn {
+            while r < mine {
                 let s = unsafe { *src.add(r) } as usize;
                 let mut ch = l;
                 while ch < chunks {
@@ -403,24 +467,48 @@ mod kernel {
             }
             cp_async_commit();
         };
-        gather(step0, 0);
+        let first = source(step0);
+        if tid < mine {
+            unsafe { *labels.add(tid) = *y.add(first as usize) as u32 };
+        }
         sync_threads();
-        load_batch();
+        load_batch(0);
 
         for k in 0..steps {
             let step = step0 + k;
             let cur = (k % 2) as usize;
             let sums = unsafe { logits.add((k as usize % LOGIT_SLOTS) * slot) };
-            let sx = opaque(sx);
-            cp_async_wait::<0>();
+            // The next batch starts arriving in the other buffer (last read by the previous
+            // step's dW1); its labels are stored at the end of this step, when they have come.
+            let mut next_label = 0u32;
+            if k + 1 < steps {
+                let s = source(step + 1);
+                if tid < mine {
+                    next_label = unsafe { *y.add(s as usize) } as u32;
+                }
+                sync_threads();
+                load_batch(1 - cur);
+                cp_async_wait::<1>();
+            } else {
+                cp_async_wait::<0>();
+            }
             sync_threads();
+            // Index arithmetic is redone each step from values the optimiser cannot see through:
+            // hoisted out of the loop, its dozens of invariant offsets would each hold a
+            // register for the whole launch, and push W1's registers into local memory.
+            let v = opaque(0) as usize;
+            let (tid, w, l, g, t) = (tid + v, w + v, l + v, g + v, t + v);
+            let (cn, ktiles, mine) = (cn + v, ktiles + v, mine + v);
+            let sx = opaque(s0 + (lay.x + cur * rows * lay.stride) as u32);
+            let (my_xch, partner_xch) = (opaque_ptr(my_xch), opaque_ptr(partner_xch));
 
-            // Forward: warp w's rows of H = relu(X·W1[own]ᵀ + b1), kept as an accumulator
-            // fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
-            let mut hf = [0.0f32; 4];
-            if my_rows {
+            // Forward: H = relu(X·W1[s]ᵀ + b1[s]) for tile `ftile`, its k-steps split between
+            // two warps; the first adds the second's sums and keeps H as an accumulator
+            // fragment (rows g, g+8; units 2t, 2t+1), stored fp16 for dW2.
+            let mut part_sum = [0.0f32; 4];
+            if frow {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
-                let a0 = sx + ((16 * w + mm) * lay.stride + 2 * kk) as u32;
+                let a0 = sx + ((16 * ftile + mm) * lay.stride + 2 * kk) as u32;
                 let b0 = sw1 + g as u32 * stride + 4 * t as u32;
                 let frag = |ks: usize| {
                     let off = 32 * ks as u32;
@@ -430,40 +518,54 @@ mod kernel {
                     )
                 };
                 let mut acc = [A::ZERO; CHAINS];
-                // Groups of CHAINS k-steps, the next group's fragments loaded before this
-                // group's mma are issued.
-                let groups = ktiles / CHAINS;
+                // This warp's k-steps are fpar, fpar + 2, …: groups of CHAINS of them, the
+                // next group's fragments loaded before this group's mma are issued.
+                let mine_k = (ktiles + 1 - fpar) / 2;
+                let groups = mine_k / CHAINS;
+                let ks = |j: usize| fpar + 2 * j;
                 let mut next: [([u32; 4], [u32; 2]); CHAINS] = [([0; 4], [0; 2]); CHAINS];
                 if groups > 0 {
                     for c in 0..CHAINS {
-                        next[c] = frag(c);
+                        next[c] = frag(ks(c));
                     }
                 }
                 for gi in 0..groups {
                     let now = next;
                     if gi + 1 < groups {
                         for c in 0..CHAINS {
-                            next[c] = frag((gi + 1) * CHAINS + c);
+                            next[c] = frag(ks((gi + 1) * CHAINS + c));
                         }
                     }
                     for c in 0..CHAINS {
                         acc[c].mma_k16(now[c].0, now[c].1);
                     }
                 }
-                for ks in groups * CHAINS..ktiles {
-                    let (a, b) = frag(ks);
+                for j in groups * CHAINS..mine_k {
+                    let (a, b) = frag(ks(j));
                     acc[0].mma_k16(a, b);
                 }
                 for e in 0..4 {
-                    let mut s = 0.0;
                     for a in &acc {
-                        s += a.get(e);
+                        part_sum[e] += a.get(e);
                     }
-                    let v = s + unsafe { *b1h.add(2 * t + (e & 1)) };
+                }
+                if fpar == 1 {
+                    for e in 0..4 {
+                        unsafe { *fwd.add((ftile * 4 + e) * 32 + l) = part_sum[e] };
+                    }
+                }
+            }
+            sync_threads();
+            let mut hf = [0.0f32; 4];
+            let tile_rows = fpar == 0 && frow;
+            if tile_rows {
+                for e in 0..4 {
+                    let v = part_sum[e] + unsafe { *fwd.add((ftile * 4 + e) * 32 + l) };
+                    let v = v + unsafe { *b1h.add(2 * t + (e & 1)) };
                     // A ReLU that lets NaN through, so a diverged run shows in the loss.
                     hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
                 }
-                let row = (16 * w + g) as u32;
+                let row = (16 * ftile + g) as u32;
                 sts_u32(
                     sh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(hf[0], hf[1]),
@@ -473,8 +575,8 @@ mod kernel {
                     pack_h2(hf[2], hf[3]),
                 );
 
-                // Partial logits H[:, own]·W2[:, own]ᵀ: the H fragment is the A fragment of an
-                // m16n8k8 product over the 8 units; fixed-point adds into this step's sums.
+                // Partial logits H·W2[:, s]ᵀ: the H fragment is the A fragment of an m16n8k8
+                // product over the 8 units; fixed-point adds into this step's sums.
                 let a = [pack_h2(hf[0], hf[1]), pack_h2(hf[2], hf[3])];
                 for nt in 0..MAX_CLASSES / 8 {
                     if 8 * nt < cn {
@@ -483,27 +585,26 @@ mod kernel {
                         mma_m16n8k8_f32(&mut d, a, b);
                         for e in 0..4 {
                             let (r, c) = mma_c(l, e);
-                            let (row, class) = (16 * w + r, 8 * nt + c);
-                            if row < bn && class < cn {
+                            let (row, class) = (16 * ftile + r, 8 * nt + c);
+                            if row < mine && class < cn {
                                 let v = d[e];
-                                if v.abs() < FIX_LIMIT {
-                                    red_add_i64(
-                                        unsafe { sums.add(row * cn + class) },
-                                        (v * FIX) as i64,
-                                    );
+                                let at = if v.abs() < FIX_LIMIT {
+                                    (r0 + row) * cn + class
                                 } else {
-                                    red_add_i64(unsafe { sums.add(slot - 1) }, 1);
-                                }
+                                    slot - 1
+                                };
+                                let add = if v.abs() < FIX_LIMIT {
+                                    (v * FIX) as i64
+                                } else {
+                                    1
+                                };
+                                red_add_i64(unsafe { sums.add(at) }, add);
                             }
                         }
                     }
                 }
             }
-            // While the barrier waits: the next batch's sources and labels, and (block 0) the
-            // slot of the next step's sums cleared.
-            if k + 1 < steps {
-                gather(step + 1, 1 - cur);
-            }
+            // While the barrier waits, block 0 clears the slot of the next step's sums.
             if blk == 0 {
                 let next = unsafe { logits.add(((k as usize + 1) % LOGIT_SLOTS) * slot) };
                 let mut i = tid;
@@ -512,22 +613,23 @@ mod kernel {
                     i += THREADS;
                 }
             }
-            grid_barrier(counter, blocks * (k + 1));
+            barrier(grid_count, blocks * (k + 1));
 
             // Softmax cross-entropy, one row per thread; the gradient of the logits, scaled by
-            // 1/batch, goes to shared memory in fp16.
+            // 1/batch, goes to shared memory in fp16. All loads first, then the arithmetic.
             let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-            if tid < bn {
+            if tid < mine {
+                let row = unsafe { sums.add((r0 + tid) * cn) };
+                let mut q = [0i64; MAX_CLASSES];
+                for c in 0..MAX_CLASSES {
+                    q[c] = ld_cg_i64(unsafe { row.add(c.min(cn - 1)) });
+                }
                 let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
                 let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
                 for c in 0..MAX_CLASSES {
                     if c < cn {
-                        let v = ld_cg_i64(unsafe { sums.add(tid * cn + c) }) as f32 / FIX;
-                        z[c] = if poisoned {
-                            f32::NAN
-                        } else {
-                            v + unsafe { *b2h.add(c) }
-                        };
+                        let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
+                        z[c] = if poisoned { f32::NAN } else { v };
                     }
                 }
                 let label = unsafe { *labels.add(cur * rows + tid) } as usize;
@@ -538,8 +640,7 @@ mod kernel {
                     }
                 }
                 let mut e = [0.0f32; MAX_CLASSES];
-                let mut sum = 0.0;
-                let mut zl = 0.0;
+                let (mut sum, mut zl) = (0.0, 0.0);
                 for c in 0..MAX_CLASSES {
                     if c < cn {
                         e[c] = exp2((z[c] - max) * LOG2_E);
@@ -552,15 +653,15 @@ mod kernel {
                 l_sum = log2(sum) * LN_2 - (zl - max);
                 c_sum = (arg == label) as u32 as f32;
                 let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
+                let grad = |c: usize| {
+                    if c < cn {
+                        (e[c] * inv - (c == label) as u32 as f32) * scale
+                    } else {
+                        0.0
+                    }
+                };
                 for c2 in 0..MAX_CLASSES / 2 {
                     let c = 2 * c2;
-                    let grad = |c: usize| {
-                        if c < cn {
-                            (e[c] * inv - (c == label) as u32 as f32) * scale
-                        } else {
-                            0.0
-                        }
-                    };
                     sts_u32(
                         sdl + ((tid * MAX_CLASSES + c) * 2) as u32,
                         pack_h2(grad(c), grad(c + 1)),
@@ -580,12 +681,12 @@ mod kernel {
             }
             sync_threads();
 
-            // dH = dlogits·W2[:, own] for warp w's rows (one k16 step over the classes), through
+            // dH = dlogits·W2[:, s] for the warp's tile (one k16 step over the classes), through
             // the ReLU: the H fragment has the same layout. db1's per-warp share by shuffles.
             let mut db1 = [0.0f32; 2];
-            if my_rows {
+            if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
-                let a = ldmatrix_x4(sdl + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
+                let a = ldmatrix_x4(sdl + ((16 * ftile + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
                 let b0 = sw2_uc + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
                 let mut d = [0.0f32; 4];
                 mma_m16n8k16_f32(&mut d, a, [lds_u32(b0), lds_u32(b0 + 16)]);
@@ -593,7 +694,7 @@ mod kernel {
                     d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
                     db1[e & 1] += d[e];
                 }
-                let row = (16 * w + g) as u32;
+                let row = (16 * ftile + g) as u32;
                 sts_u32(
                     sdh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(d[0], d[1]),
@@ -615,7 +716,10 @@ mod kernel {
             }
             sync_threads();
 
-            if blk == 0 && tid == 0 {
+            // The block's shares of the gradients, into its exchange area: loss and correct
+            // count (slice 0 only, into the step's slot), db1, dW2 and db2 (last warp: it has
+            // one dW1 tile fewer than warp 0), dW1 (every warp, its input tiles w, w+8, …).
+            if slice == 0 && tid == 0 {
                 let (mut ls, mut cs) = (0.0, 0.0);
                 for i in 0..WARPS {
                     unsafe {
@@ -623,29 +727,23 @@ mod kernel {
                         cs += *loss_part.add(WARPS + i);
                     }
                 }
-                unsafe {
-                    *loss.add(step as usize) = ls / batch as f32;
-                    *correct.add(step as usize) = cs;
-                }
+                red_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
+                red_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
+            let xch_b = WARPS * TILES_PER_WARP * 4 * 32;
             if tid < UNITS {
                 let mut s = 0.0;
                 for i in 0..WARPS {
                     s += unsafe { *db1_part.add(i * UNITS + tid) };
                 }
-                unsafe {
-                    *b1h.add(tid) =
-                        round_h(sgd(&mut *b1m.add(tid), &mut *b1v.add(tid), s, lr, momentum))
-                };
+                unsafe { *my_xch.add(xch_b + 256 + tid) = s };
             }
             let ksteps = rows / 16;
+            let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
             if w == WARPS - 1 {
-                // dW2[:, own] = dlogitsᵀ·H and db2 = dlogitsᵀ·1 over the whole batch, by the
-                // last warp (it has one dW1 tile fewer than warp 0), then their updates.
                 let hb = unit_frags(sh, rows);
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
-                let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
-                for ks in 0..MAX_BATCH / 16 {
+                for ks in 0..MAX_BATCH / PARTS / 16 {
                     if ks < ksteps {
                         let a = ldmatrix_x4_trans(
                             sdl + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32,
@@ -655,18 +753,83 @@ mod kernel {
                     }
                 }
                 for e in 0..4 {
+                    unsafe {
+                        *my_xch.add(xch_b + e * 32 + l) = dw[e];
+                        *my_xch.add(xch_b + 128 + e * 32 + l) = db[e];
+                    }
+                }
+            }
+            let bf = unit_frags(sdh, rows);
+            let mut acc = [A::ZERO; TILES_PER_WARP];
+            let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
+            for ks in 0..MAX_BATCH / PARTS / 16 {
+                if ks < ksteps {
+                    for i in 0..TILES_PER_WARP {
+                        // Warps past the last tile repeat it (branch-free; their sums are unused).
+                        let mt = (w + WARPS * i).min(ktiles - 1);
+                        let a = ldmatrix_x4_trans(
+                            sx + ((16 * ks + kk) * lay.stride + (16 * mt + mm) * 2) as u32,
+                        );
+                        acc[i].mma_k16(a, bf[ks]);
+                    }
+                }
+            }
+            let xch_w1 = |i: usize, e: usize| ((w * TILES_PER_WARP + i) * 4 + e) * 32 + l;
+            for i in 0..TILES_PER_WARP {
+                for e in 0..4 {
+                    unsafe { *my_xch.add(xch_w1(i, e)) = acc[i].get(e) };
+                }
+            }
+            barrier(pair_count, PARTS as u32 * (k + 1));
+
+            // Both blocks of the slice add the two shares in the same order (part 0 first) and
+            // take the same SGD step.
+            let both = |i: usize| {
+                let (a, b) = unsafe { (*my_xch.add(i), ld_cg_f32(partner_xch.add(i))) };
+                if part == 0 { a + b } else { b + a }
+            };
+            for i in 0..TILES_PER_WARP {
+                let mt = w + WARPS * i;
+                if mt < ktiles {
+                    let gw1: [f32; 4] = core::array::from_fn(|e| both(xch_w1(i, e)));
+                    for e in 0..4 {
+                        let (r, c) = mma_c(l, e);
+                        let nw = sgd(&mut wm[i][e], &mut wv[i][e], gw1[e], lr, momentum);
+                        sts_u16(
+                            sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
+                            f2h(nw),
+                        );
+                    }
+                }
+            }
+            if tid < UNITS {
+                let g1 = both(xch_b + 256 + tid);
+                unsafe {
+                    *b1h.add(tid) = round_h(sgd(
+                        &mut *b1m.add(tid),
+                        &mut *b1v.add(tid),
+                        g1,
+                        lr,
+                        momentum,
+                    ))
+                };
+            }
+            if w == WARPS - 1 {
+                for e in 0..4 {
                     let (c, j) = mma_c(l, e);
                     if c < cn {
                         let i = c * UNITS + j;
+                        let gw = both(xch_b + e * 32 + l);
                         let nw =
-                            unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), dw[e], lr, momentum) };
+                            unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), gw, lr, momentum) };
                         set_w2h(c, j, nw);
                         if j == 0 {
+                            let gb = both(xch_b + 128 + e * 32 + l);
                             unsafe {
                                 *b2h.add(c) = round_h(sgd(
                                     &mut *b2m.add(c),
                                     &mut *b2v.add(c),
-                                    db[e],
+                                    gb,
                                     lr,
                                     momentum,
                                 ))
@@ -675,44 +838,17 @@ mod kernel {
                     }
                 }
             }
-
-            // dW1[own]ᵀ = Xᵀ·dH[:, own]: warp w owns input tiles w, w+8, …; then their update.
-            let bf = unit_frags(sdh, rows);
-            let mut acc = [A::ZERO; TILES_PER_WARP];
-            let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
-            for ks in 0..MAX_BATCH / 16 {
-                if ks < ksteps {
-                    for i in 0..TILES_PER_WARP {
-                        let mt = w + WARPS * i;
-                        if mt < ktiles {
-                            let a = ldmatrix_x4_trans(
-                                sx + ((16 * ks + kk) * lay.stride + (16 * mt + mm) * 2) as u32,
-                            );
-                            acc[i].mma_k16(a, bf[ks]);
-                        }
-                    }
-                }
-            }
-            for i in 0..TILES_PER_WARP {
-                let mt = w + WARPS * i;
-                if mt < ktiles {
-                    for e in 0..4 {
-                        let (r, c) = mma_c(l, e);
-                        let nw = sgd(&mut wm[i][e], &mut wv[i][e], acc[i].get(e), lr, momentum);
-                        sts_u16(
-                            sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
-                            f2h(nw),
-                        );
-                    }
-                }
+            if k + 1 < steps && tid < mine {
+                unsafe { *labels.add((1 - cur) * rows + tid) = next_label };
             }
             sync_threads();
-            if k + 1 < steps {
-                load_batch();
-            }
         }
 
-        // Parameters out: fp32 master, momentum and the fp16 copy the layered kernels read.
+        // Parameters out (one block of each slice): fp32 master, momentum and the fp16 copy
+        // the layered kernels read.
+        if part != 0 {
+            return;
+        }
         let put = |k: usize, m: f32, v: f32| unsafe {
             *w32.add(k) = m;
             *vel.add(k) = v;
@@ -778,12 +914,14 @@ mod kernel {
                     steps: u32,
                     seed: u32,
                     logits: *mut i64,
-                    counter: *mut u32,
+                    exchange: *mut f32,
+                    counters: *mut u32,
                 ) {
                     unsafe {
                         train::<$acc>(
                             x, y, n, dim, hidden, classes, batch, w32, w16, vel, o_w1, o_b1, o_w2,
-                            o_b2, lr, momentum, loss, correct, step0, steps, seed, logits, counter,
+                            o_b2, lr, momentum, loss, correct, step0, steps, seed, logits,
+                            exchange, counters,
                         )
                     }
                 }

@@ -143,14 +143,12 @@ impl Gpu {
 
     /// Zeroes `buf` (queued on the stream).
     pub fn zero<T>(&self, buf: Buf<T>) -> Result<()> {
-        unsafe {
-            cudarc::driver::result::memset_d8_async(
-                buf.ptr,
-                0,
-                buf.bytes(),
-                self.stream.cu_stream(),
-            )
-        }?;
+        self.zero_raw(buf.ptr, buf.bytes())
+    }
+
+    /// Zeroes `bytes` bytes at device address `ptr` (queued on the stream).
+    pub fn zero_raw(&self, ptr: u64, bytes: usize) -> Result<()> {
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, self.stream.cu_stream()) }?;
         Ok(())
     }
 

@@ -7,7 +7,8 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, Smem, THREADS, UNITS, logits_slot,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS,
+    logits_slot,
 };
 
 pub struct Persistent {
@@ -17,8 +18,11 @@ pub struct Persistent {
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
-    /// The grid barrier's arrival count, zeroed before each launch.
-    counter: Buf<u32>,
+    /// Each block's shares of the gradients, for the other block of its slice.
+    exchange: Buf<f32>,
+    /// Arrival counts of the grid barrier, then of each slice's pair barrier; zeroed before
+    /// each launch.
+    counters: Buf<u32>,
 }
 
 /// Why the persistent kernel cannot train layers `sizes` with this batch on this GPU; `None`
@@ -53,10 +57,10 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<St
             )
         } else {
             let resident = resident_blocks(gpu, &gpu.function("mlp1_persistent_f16")?, bytes)?;
-            let blocks = hidden / UNITS;
+            let blocks = PARTS * hidden / UNITS;
             if blocks > resident {
                 format!(
-                    "{blocks} blocks (one per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
+                    "{blocks} blocks ({PARTS} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
                 )
             } else {
                 return Ok(None);
@@ -86,7 +90,8 @@ impl Persistent {
     ) -> Result<Persistent> {
         let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
         let smem = Smem::new(batch, sizes[0]);
-        let blocks = sizes[1] / UNITS;
+        let slices = sizes[1] / UNITS;
+        let blocks = PARTS * slices;
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem.bytes as i32,
@@ -97,7 +102,8 @@ impl Persistent {
             batch: batch as u32,
             smem,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
-            counter: arena.alloc(1)?,
+            exchange: arena.alloc(blocks * EXCHANGE)?,
+            counters: arena.alloc(1 + slices)?,
         })
     }
 
@@ -115,8 +121,12 @@ impl Persistent {
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
-        gpu.zero(self.counter)?;
+        gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
+        // The two halves of the batch add their loss and correct count into each step's slot.
+        for p in [loss, correct] {
+            gpu.zero_raw(p + 4 * step0 as u64, 4 * steps)?;
+        }
         let (offs, _) = param_layout(&model.sizes);
         let [dim, hidden, classes] = [0, 1, 2].map(|i| model.sizes[i] as u32);
         let o = [offs[0].0, offs[0].1, offs[1].0, offs[1].1].map(|v| v as u32);
@@ -143,7 +153,9 @@ impl Persistent {
             .arg(&step0)
             .arg(&steps)
             .arg(&seed);
-        b.arg(&self.logits.ptr).arg(&self.counter.ptr);
+        b.arg(&self.logits.ptr)
+            .arg(&self.exchange.ptr)
+            .arg(&self.counters.ptr);
         let cfg = LaunchConfig {
             grid_dim: (self.blocks, 1, 1),
             block_dim: (THREADS as u32, 1, 1),
