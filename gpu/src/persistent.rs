@@ -68,8 +68,6 @@ pub struct Smem {
     pub src: usize,
     /// Labels of the current and the next batch, u32 `[2][rows]`.
     pub labels: usize,
-    /// The forward's second K half, f32 `[4 tiles][4][32 lanes]`.
-    pub fwd: usize,
     /// f32: W2 columns (master and momentum, `[MAX_CLASSES][UNITS]` each), b1 (master,
     /// momentum, fp16 value), b2 (the same, `[MAX_CLASSES]`), per-warp partial sums of db1
     /// (`[warps][UNITS]`) and of the loss and correct count (`[2][warps]`).
@@ -91,8 +89,7 @@ impl Smem {
         let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
         let src = w2_uc + MAX_CLASSES * UNITS * 2;
         let labels = src + rows * 4;
-        let fwd = labels + 2 * rows * 4;
-        let params = fwd + 4 * 4 * 32 * 4;
+        let params = labels + 2 * rows * 4;
         let floats =
             2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + WARPS * UNITS + 2 * WARPS;
         Smem {
@@ -107,7 +104,6 @@ impl Smem {
             w2_uc,
             src,
             labels,
-            fwd,
             params,
             bytes: params + floats * 4,
         }
@@ -172,6 +168,12 @@ mod kernel {
             }
         }
         sync_threads();
+    }
+
+    /// Barrier of the four loader warps only (named barrier 1).
+    #[inline(always)]
+    fn loaders_sync() {
+        unsafe { asm!("bar.sync 1, 128;", options(nostack)) };
     }
 
     #[inline(always)]
@@ -335,7 +337,6 @@ mod kernel {
                 base.add(lay.labels) as *mut u32,
             )
         };
-        let fwd = unsafe { base.add(lay.fwd) as *mut f32 };
         let p = unsafe { base.add(lay.params) as *mut f32 };
         let (w2m, w2v) = unsafe { (p, p.add(MAX_CLASSES * UNITS)) };
         let b1m = unsafe { p.add(2 * MAX_CLASSES * UNITS) };
@@ -365,9 +366,12 @@ mod kernel {
                 exchange.add((blk ^ 1) as usize * EXCHANGE),
             )
         };
-        // The forward: warp w computes the 16-row tile w % 4 over the k-steps of parity w / 4.
-        let (ftile, fpar) = (w % 4, w / 4);
-        let frow = 16 * ftile < mine;
+        // Roles while the batch is in flight: warps 0-3 own the 16-row tiles of the batch
+        // (forward, partial logits, dH); warps 4-7 fetch the next batch meanwhile. (A warp
+        // issuing `cp.async` stalls until the memory system takes the copies: ~100 KB take
+        // about as long as the forward, which they now overlap.)
+        let tile_rows = w < 4 && 16 * w < mine;
+        let (loader, lt) = (w >= 4, tid.wrapping_sub(128));
 
         // Parameters in: W1 master and momentum into registers (each thread keeps the elements
         // of the dW1ᵀ fragments it computes), their fp16 copy into shared memory; the small
@@ -441,20 +445,16 @@ mod kernel {
         zero(lay.h + mine * UNITS * 2, lay.h + rows32 * UNITS * 2);
         zero(lay.dh + mine * UNITS * 2, lay.dh + rows32 * UNITS * 2);
 
-        // Batches: each row's source example, then the copy into buffer `buf`.
+        // Batches (loader warps): each row's source example, then the copy into buffer `buf`.
         let source = |step: u32| -> u32 {
-            if tid < mine {
-                let s = permute(step * batch + (r0 + tid) as u32, n, seed);
-                unsafe { *src.add(tid) = s };
-                s
-            } else {
-                0
-            }
+            let s = permute(step * batch + (r0 + lt) as u32, n, seed);
+            unsafe { *src.add(lt) = s };
+            s
         };
         let load_batch = |buf: usize| {
             let sx = s0 + (lay.x + buf * rows * lay.stride) as u32;
             let chunks = (dim / 8) as usize;
-            let mut r = w;
+            let mut r = w - 4;
             while r < mine {
                 let s = unsafe { *src.add(r) } as usize;
                 let mut ch = l;
@@ -463,33 +463,24 @@ mod kernel {
                     cp_async_16(sx + (r * lay.stride + 16 * ch) as u32, from, 16);
                     ch += 32;
                 }
-                r += WARPS;
+                r += 4;
             }
             cp_async_commit();
         };
-        let first = source(step0);
-        if tid < mine {
-            unsafe { *labels.add(tid) = *y.add(first as usize) as u32 };
+        if loader {
+            if lt < mine {
+                let s = source(step0);
+                unsafe { *labels.add(lt) = *y.add(s as usize) as u32 };
+            }
+            loaders_sync();
+            load_batch(0);
         }
-        sync_threads();
-        load_batch(0);
 
         for k in 0..steps {
             let step = step0 + k;
             let cur = (k % 2) as usize;
             let sums = unsafe { logits.add((k as usize % LOGIT_SLOTS) * slot) };
-            // The next batch starts arriving in the other buffer (last read by the previous
-            // step's dW1); its labels are stored at the end of this step, when they have come.
-            let mut next_label = 0u32;
-            if k + 1 < steps {
-                let s = source(step + 1);
-                if tid < mine {
-                    next_label = unsafe { *y.add(s as usize) } as u32;
-                }
-                sync_threads();
-                load_batch(1 - cur);
-                cp_async_wait::<1>();
-            } else {
+            if loader {
                 cp_async_wait::<0>();
             }
             sync_threads();
@@ -502,13 +493,12 @@ mod kernel {
             let sx = opaque(s0 + (lay.x + cur * rows * lay.stride) as u32);
             let (my_xch, partner_xch) = (opaque_ptr(my_xch), opaque_ptr(partner_xch));
 
-            // Forward: H = relu(X·W1[s]ᵀ + b1[s]) for tile `ftile`, its k-steps split between
-            // two warps; the first adds the second's sums and keeps H as an accumulator
-            // fragment (rows g, g+8; units 2t, 2t+1), stored fp16 for dW2.
-            let mut part_sum = [0.0f32; 4];
-            if frow {
+            // Forward (warps 0-3): H = relu(X·W1[s]ᵀ + b1[s]) for the warp's tile, kept as an
+            // accumulator fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
+            let mut hf = [0.0f32; 4];
+            if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
-                let a0 = sx + ((16 * ftile + mm) * lay.stride + 2 * kk) as u32;
+                let a0 = sx + ((16 * w + mm) * lay.stride + 2 * kk) as u32;
                 let b0 = sw1 + g as u32 * stride + 4 * t as u32;
                 let frag = |ks: usize| {
                     let off = 32 * ks as u32;
@@ -518,54 +508,39 @@ mod kernel {
                     )
                 };
                 let mut acc = [A::ZERO; CHAINS];
-                // This warp's k-steps are fpar, fpar + 2, …: groups of CHAINS of them, the
-                // next group's fragments loaded before this group's mma are issued.
-                let mine_k = (ktiles + 1 - fpar) / 2;
-                let groups = mine_k / CHAINS;
-                let ks = |j: usize| fpar + 2 * j;
+                // Groups of CHAINS k-steps, the next group's fragments loaded before this
+                // group's mma are issued.
+                let groups = ktiles / CHAINS;
                 let mut next: [([u32; 4], [u32; 2]); CHAINS] = [([0; 4], [0; 2]); CHAINS];
                 if groups > 0 {
                     for c in 0..CHAINS {
-                        next[c] = frag(ks(c));
+                        next[c] = frag(c);
                     }
                 }
                 for gi in 0..groups {
                     let now = next;
                     if gi + 1 < groups {
                         for c in 0..CHAINS {
-                            next[c] = frag(ks((gi + 1) * CHAINS + c));
+                            next[c] = frag((gi + 1) * CHAINS + c);
                         }
                     }
                     for c in 0..CHAINS {
                         acc[c].mma_k16(now[c].0, now[c].1);
                     }
                 }
-                for j in groups * CHAINS..mine_k {
-                    let (a, b) = frag(ks(j));
+                for ks in groups * CHAINS..ktiles {
+                    let (a, b) = frag(ks);
                     acc[0].mma_k16(a, b);
                 }
                 for e in 0..4 {
+                    let mut v = unsafe { *b1h.add(2 * t + (e & 1)) };
                     for a in &acc {
-                        part_sum[e] += a.get(e);
+                        v += a.get(e);
                     }
-                }
-                if fpar == 1 {
-                    for e in 0..4 {
-                        unsafe { *fwd.add((ftile * 4 + e) * 32 + l) = part_sum[e] };
-                    }
-                }
-            }
-            sync_threads();
-            let mut hf = [0.0f32; 4];
-            let tile_rows = fpar == 0 && frow;
-            if tile_rows {
-                for e in 0..4 {
-                    let v = part_sum[e] + unsafe { *fwd.add((ftile * 4 + e) * 32 + l) };
-                    let v = v + unsafe { *b1h.add(2 * t + (e & 1)) };
                     // A ReLU that lets NaN through, so a diverged run shows in the loss.
                     hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
                 }
-                let row = (16 * ftile + g) as u32;
+                let row = (16 * w + g) as u32;
                 sts_u32(
                     sh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(hf[0], hf[1]),
@@ -585,7 +560,7 @@ mod kernel {
                         mma_m16n8k8_f32(&mut d, a, b);
                         for e in 0..4 {
                             let (r, c) = mma_c(l, e);
-                            let (row, class) = (16 * ftile + r, 8 * nt + c);
+                            let (row, class) = (16 * w + r, 8 * nt + c);
                             if row < mine && class < cn {
                                 let v = d[e];
                                 let at = if v.abs() < FIX_LIMIT {
@@ -603,6 +578,16 @@ mod kernel {
                         }
                     }
                 }
+            }
+            // Meanwhile the loader warps fetch the next batch into the other buffer (last read
+            // by the previous step's dW1); its labels are stored at the end of the step.
+            let mut next_label = 0u32;
+            if loader && k + 1 < steps {
+                if lt < mine {
+                    next_label = unsafe { *y.add(source(step + 1) as usize) } as u32;
+                }
+                loaders_sync();
+                load_batch(1 - cur);
             }
             // While the barrier waits, block 0 clears the slot of the next step's sums.
             if blk == 0 {
@@ -686,7 +671,7 @@ mod kernel {
             let mut db1 = [0.0f32; 2];
             if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
-                let a = ldmatrix_x4(sdl + ((16 * ftile + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
+                let a = ldmatrix_x4(sdl + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
                 let b0 = sw2_uc + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
                 let mut d = [0.0f32; 4];
                 mma_m16n8k16_f32(&mut d, a, [lds_u32(b0), lds_u32(b0 + 16)]);
@@ -694,7 +679,7 @@ mod kernel {
                     d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
                     db1[e & 1] += d[e];
                 }
-                let row = (16 * ftile + g) as u32;
+                let row = (16 * w + g) as u32;
                 sts_u32(
                     sdh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(d[0], d[1]),
@@ -731,12 +716,12 @@ mod kernel {
                 red_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
             let xch_b = WARPS * TILES_PER_WARP * 4 * 32;
+            let mut db1 = 0.0;
             if tid < UNITS {
-                let mut s = 0.0;
                 for i in 0..WARPS {
-                    s += unsafe { *db1_part.add(i * UNITS + tid) };
+                    db1 += unsafe { *db1_part.add(i * UNITS + tid) };
                 }
-                unsafe { *my_xch.add(xch_b + 256 + tid) = s };
+                unsafe { *my_xch.add(xch_b + 256 + tid) = db1 };
             }
             let ksteps = rows / 16;
             let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
@@ -783,18 +768,38 @@ mod kernel {
             barrier(pair_count, PARTS as u32 * (k + 1));
 
             // Both blocks of the slice add the two shares in the same order (part 0 first) and
-            // take the same SGD step.
-            let both = |i: usize| {
-                let (a, b) = unsafe { (*my_xch.add(i), ld_cg_f32(partner_xch.add(i))) };
-                if part == 0 { a + b } else { b + a }
+            // take the same SGD step. The partner's shares are all requested before any is used.
+            let both = |mine: f32, theirs: f32| {
+                if part == 0 {
+                    mine + theirs
+                } else {
+                    theirs + mine
+                }
             };
+            let theirs = |i: usize| ld_cg_f32(unsafe { partner_xch.add(i) });
+            let mut tw1 = [[0.0f32; 4]; TILES_PER_WARP];
+            for i in 0..TILES_PER_WARP {
+                for e in 0..4 {
+                    tw1[i][e] = theirs(xch_w1(i, e));
+                }
+            }
+            let (mut tdw, mut tdb, mut tdb1) = ([0.0f32; 4], [0.0f32; 4], 0.0);
+            if w == WARPS - 1 {
+                for e in 0..4 {
+                    tdw[e] = theirs(xch_b + e * 32 + l);
+                    tdb[e] = theirs(xch_b + 128 + e * 32 + l);
+                }
+            }
+            if tid < UNITS {
+                tdb1 = theirs(xch_b + 256 + tid);
+            }
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
-                    let gw1: [f32; 4] = core::array::from_fn(|e| both(xch_w1(i, e)));
                     for e in 0..4 {
                         let (r, c) = mma_c(l, e);
-                        let nw = sgd(&mut wm[i][e], &mut wv[i][e], gw1[e], lr, momentum);
+                        let g = both(acc[i].get(e), tw1[i][e]);
+                        let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(
                             sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
                             f2h(nw),
@@ -803,15 +808,10 @@ mod kernel {
                 }
             }
             if tid < UNITS {
-                let g1 = both(xch_b + 256 + tid);
+                let g = both(db1, tdb1);
                 unsafe {
-                    *b1h.add(tid) = round_h(sgd(
-                        &mut *b1m.add(tid),
-                        &mut *b1v.add(tid),
-                        g1,
-                        lr,
-                        momentum,
-                    ))
+                    *b1h.add(tid) =
+                        round_h(sgd(&mut *b1m.add(tid), &mut *b1v.add(tid), g, lr, momentum))
                 };
             }
             if w == WARPS - 1 {
@@ -819,17 +819,17 @@ mod kernel {
                     let (c, j) = mma_c(l, e);
                     if c < cn {
                         let i = c * UNITS + j;
-                        let gw = both(xch_b + e * 32 + l);
+                        let g = both(dw[e], tdw[e]);
                         let nw =
-                            unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), gw, lr, momentum) };
+                            unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), g, lr, momentum) };
                         set_w2h(c, j, nw);
                         if j == 0 {
-                            let gb = both(xch_b + 128 + e * 32 + l);
+                            let g = both(db[e], tdb[e]);
                             unsafe {
                                 *b2h.add(c) = round_h(sgd(
                                     &mut *b2m.add(c),
                                     &mut *b2v.add(c),
-                                    gb,
+                                    g,
                                     lr,
                                     momentum,
                                 ))
@@ -838,8 +838,8 @@ mod kernel {
                     }
                 }
             }
-            if k + 1 < steps && tid < mine {
-                unsafe { *labels.add((1 - cur) * rows + tid) = next_label };
+            if loader && k + 1 < steps && lt < mine {
+                unsafe { *labels.add((1 - cur) * rows + lt) = next_label };
             }
             sync_threads();
         }
