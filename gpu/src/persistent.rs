@@ -148,10 +148,11 @@ mod kernel {
 
     /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals
     /// per step times the steps done so far: the host zeroes it before each launch). All
-    /// blocks must be resident at once: the host launches cooperatively.
+    /// blocks must be resident at once: the host launches cooperatively. `sync` is the barrier
+    /// of the block's threads that take part (thread 0 among them).
     #[inline(always)]
-    fn barrier(counter: *mut u32, target: u32) {
-        sync_threads();
+    fn barrier(counter: *mut u32, target: u32, sync: fn()) {
+        sync();
         if thread_x() == 0 {
             unsafe {
                 asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
@@ -167,13 +168,19 @@ mod kernel {
                 asm!("fence.acq_rel.gpu;", options(nostack));
             }
         }
-        sync_threads();
+        sync();
     }
 
     /// Barrier of the four loader warps only (named barrier 1).
     #[inline(always)]
     fn loaders_sync() {
         unsafe { asm!("bar.sync 1, 128;", options(nostack)) };
+    }
+
+    /// Barrier of the four tile warps only (named barrier 2).
+    #[inline(always)]
+    fn tiles_sync() {
+        unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
     }
 
     #[inline(always)]
@@ -589,72 +596,76 @@ mod kernel {
                 loaders_sync();
                 load_batch(1 - cur);
             }
-            // While the barrier waits, block 0 clears the slot of the next step's sums.
-            if blk == 0 {
-                let next = unsafe { logits.add(((k as usize + 1) % LOGIT_SLOTS) * slot) };
-                let mut i = tid;
-                while i < slot {
-                    unsafe { *next.add(i) = 0 };
-                    i += THREADS;
-                }
-            }
-            barrier(grid_count, blocks * (k + 1));
-
-            // Softmax cross-entropy, one row per thread; the gradient of the logits, scaled by
-            // 1/batch, goes to shared memory in fp16. All loads first, then the arithmetic.
+            // The tile warps meet the grid at the barrier and take the softmax; the loader
+            // warps join at the block barrier after it, once their copies are issued.
             let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-            if tid < mine {
-                let row = unsafe { sums.add((r0 + tid) * cn) };
-                let mut q = [0i64; MAX_CLASSES];
-                for c in 0..MAX_CLASSES {
-                    q[c] = ld_cg_i64(unsafe { row.add(c.min(cn - 1)) });
-                }
-                let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
-                let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
-                for c in 0..MAX_CLASSES {
-                    if c < cn {
-                        let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
-                        z[c] = if poisoned { f32::NAN } else { v };
+            if !loader {
+                // While the barrier waits, block 0 clears the slot of the next step's sums.
+                if blk == 0 {
+                    let next = unsafe { logits.add(((k as usize + 1) % LOGIT_SLOTS) * slot) };
+                    let mut i = tid;
+                    while i < slot {
+                        unsafe { *next.add(i) = 0 };
+                        i += THREADS / 2;
                     }
                 }
-                let label = unsafe { *labels.add(cur * rows + tid) } as usize;
-                let (mut max, mut arg) = (z[0], 0);
-                for c in 1..MAX_CLASSES {
-                    if z[c] > max {
-                        (max, arg) = (z[c], c);
+                barrier(grid_count, blocks * (k + 1), tiles_sync);
+
+                // Softmax cross-entropy, one row per thread; the gradient of the logits, scaled by
+                // 1/batch, goes to shared memory in fp16. All loads first, then the arithmetic.
+                if tid < mine {
+                    let row = unsafe { sums.add((r0 + tid) * cn) };
+                    let mut q = [0i64; MAX_CLASSES];
+                    for c in 0..MAX_CLASSES {
+                        q[c] = ld_cg_i64(unsafe { row.add(c.min(cn - 1)) });
                     }
-                }
-                let mut e = [0.0f32; MAX_CLASSES];
-                let (mut sum, mut zl) = (0.0, 0.0);
-                for c in 0..MAX_CLASSES {
-                    if c < cn {
-                        e[c] = exp2((z[c] - max) * LOG2_E);
-                        sum += e[c];
+                    let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
+                    let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
+                    for c in 0..MAX_CLASSES {
+                        if c < cn {
+                            let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
+                            z[c] = if poisoned { f32::NAN } else { v };
+                        }
                     }
-                    if c == label {
-                        zl = z[c];
+                    let label = unsafe { *labels.add(cur * rows + tid) } as usize;
+                    let (mut max, mut arg) = (z[0], 0);
+                    for c in 1..MAX_CLASSES {
+                        if z[c] > max {
+                            (max, arg) = (z[c], c);
+                        }
                     }
-                }
-                l_sum = log2(sum) * LN_2 - (zl - max);
-                c_sum = (arg == label) as u32 as f32;
-                let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
-                let grad = |c: usize| {
-                    if c < cn {
-                        (e[c] * inv - (c == label) as u32 as f32) * scale
-                    } else {
-                        0.0
+                    let mut e = [0.0f32; MAX_CLASSES];
+                    let (mut sum, mut zl) = (0.0, 0.0);
+                    for c in 0..MAX_CLASSES {
+                        if c < cn {
+                            e[c] = exp2((z[c] - max) * LOG2_E);
+                            sum += e[c];
+                        }
+                        if c == label {
+                            zl = z[c];
+                        }
                     }
-                };
-                for c2 in 0..MAX_CLASSES / 2 {
-                    let c = 2 * c2;
-                    sts_u32(
-                        sdl + ((tid * MAX_CLASSES + c) * 2) as u32,
-                        pack_h2(grad(c), grad(c + 1)),
-                    );
-                }
-            } else if tid < rows {
-                for c2 in 0..MAX_CLASSES / 2 {
-                    sts_u32(sdl + ((tid * MAX_CLASSES + 2 * c2) * 2) as u32, 0);
+                    l_sum = log2(sum) * LN_2 - (zl - max);
+                    c_sum = (arg == label) as u32 as f32;
+                    let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
+                    let grad = |c: usize| {
+                        if c < cn {
+                            (e[c] * inv - (c == label) as u32 as f32) * scale
+                        } else {
+                            0.0
+                        }
+                    };
+                    for c2 in 0..MAX_CLASSES / 2 {
+                        let c = 2 * c2;
+                        sts_u32(
+                            sdl + ((tid * MAX_CLASSES + c) * 2) as u32,
+                            pack_h2(grad(c), grad(c + 1)),
+                        );
+                    }
+                } else if tid < rows {
+                    for c2 in 0..MAX_CLASSES / 2 {
+                        sts_u32(sdl + ((tid * MAX_CLASSES + 2 * c2) * 2) as u32, 0);
+                    }
                 }
             }
             let (l_w, c_w) = (warp_sum_f32(l_sum), warp_sum_f32(c_sum));
@@ -765,7 +776,7 @@ mod kernel {
                     unsafe { *my_xch.add(xch_w1(i, e)) = acc[i].get(e) };
                 }
             }
-            barrier(pair_count, PARTS as u32 * (k + 1));
+            barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
 
             // Both blocks of the slice add the two shares in the same order (part 0 first) and
             // take the same SGD step. The partner's shares are all requested before any is used.
