@@ -153,20 +153,26 @@ mod kernel {
     #[inline(always)]
     fn barrier(counter: *mut u32, target: u32, sync: fn()) {
         sync();
-        if thread_x() == 0 {
-            unsafe {
-                asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
-                     c = in(reg64) counter, options(nostack));
-                loop {
-                    let v: u32;
-                    asm!("ld.relaxed.gpu.global.u32 {v}, [{c}];",
-                         v = out(reg32) v, c = in(reg64) counter, options(nostack));
-                    if v >= target {
-                        break;
+        if thread_x() < 32 {
+            if thread_x() == 0 {
+                unsafe {
+                    asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
+                         c = in(reg64) counter, options(nostack));
+                    loop {
+                        let v: u32;
+                        asm!("ld.relaxed.gpu.global.u32 {v}, [{c}];",
+                             v = out(reg32) v, c = in(reg64) counter, options(nostack));
+                        if v >= target {
+                            break;
+                        }
                     }
+                    asm!("fence.acq_rel.gpu;", options(nostack));
                 }
-                asm!("fence.acq_rel.gpu;", options(nostack));
             }
+            // The rest of warp 0 waits here for lane 0, so the warp reaches the block barrier
+            // whole: `bar.sync` counts warps, and a warp arriving split would be counted for
+            // the next round too.
+            unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
         }
         sync();
     }
