@@ -120,10 +120,11 @@ pub const fn logits_slot(batch: usize, classes: usize) -> usize {
 /// clears slot (k + 1) % 3, which every block finished reading before step k began.
 pub const LOGIT_SLOTS: usize = 3;
 
-/// f32 a block leaves for its partner each step, in fragment order (so both the writes and the
-/// reads are coalesced): its share of dW1 (`[warp][tile][element][lane]`), of dW2 and db2
+/// Words a block leaves for its partner each step, in fragment order (so both the writes and
+/// the reads are coalesced): its share of dW1 as fp16 pairs (`[warp][tile][pair][lane]`; the
+/// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
 /// (`[element][lane]` each) and of db1.
-pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 4 * 32 + 2 * 4 * 32 + UNITS;
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + 2 * 4 * 32 + UNITS;
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
@@ -143,6 +144,13 @@ mod kernel {
     /// divergence, which keeps any sum of up to 2^11 slices inside an i64.
     const FIX: f32 = 4294967296.0;
     const FIX_LIMIT: f32 = 1048576.0;
+    /// A fixed-point sum back to f32, by its 32-bit halves (two fast conversions instead of
+    /// one 64-bit one).
+    #[inline(always)]
+    fn from_fix(q: i64) -> f32 {
+        ((q >> 32) as i32) as f32 + (q as u32) as f32 / FIX
+    }
+
     /// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
     const ONES: [u32; 2] = [0x3c00_3c00; 2];
 
@@ -219,10 +227,10 @@ mod kernel {
     }
 
     #[inline(always)]
-    fn ld_cg_f32(p: *const f32) -> f32 {
-        let v: f32;
+    fn ld_cg_u32(p: *const u32) -> u32 {
+        let v: u32;
         unsafe {
-            asm!("ld.global.cg.f32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p,
+            asm!("ld.global.cg.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p,
                  options(readonly, nostack));
         }
         v
@@ -267,8 +275,8 @@ mod kernel {
 
     /// [`opaque`] for a pointer.
     #[inline(always)]
-    fn opaque_ptr(p: *mut f32) -> *mut f32 {
-        let o: *mut f32;
+    fn opaque_ptr(p: *mut u32) -> *mut u32 {
+        let o: *mut u32;
         unsafe {
             asm!("mov.b64 {o}, {p};", o = out(reg64) o, p = in(reg64) p, options(nomem, nostack))
         };
@@ -330,7 +338,7 @@ mod kernel {
         steps: u32,
         seed: u32,
         logits: *mut i64,
-        exchange: *mut f32,
+        exchange: *mut u32,
         counters: *mut u32,
     ) {
         let lay = Smem::new(batch as usize, dim as usize);
@@ -629,7 +637,7 @@ mod kernel {
                     let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
                     for c in 0..MAX_CLASSES {
                         if c < cn {
-                            let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
+                            let v = from_fix(q[c]) + unsafe { *b2h.add(c) };
                             z[c] = if poisoned { f32::NAN } else { v };
                         }
                     }
@@ -732,13 +740,13 @@ mod kernel {
                 red_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
                 red_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
-            let xch_b = WARPS * TILES_PER_WARP * 4 * 32;
+            let xch_b = WARPS * TILES_PER_WARP * 2 * 32;
             let mut db1 = 0.0;
             if tid < UNITS {
                 for i in 0..WARPS {
                     db1 += unsafe { *db1_part.add(i * UNITS + tid) };
                 }
-                unsafe { *my_xch.add(xch_b + 256 + tid) = db1 };
+                unsafe { *my_xch.add(xch_b + 256 + tid) = db1.to_bits() };
             }
             let ksteps = rows / 16;
             let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
@@ -756,8 +764,8 @@ mod kernel {
                 }
                 for e in 0..4 {
                     unsafe {
-                        *my_xch.add(xch_b + e * 32 + l) = dw[e];
-                        *my_xch.add(xch_b + 128 + e * 32 + l) = db[e];
+                        *my_xch.add(xch_b + e * 32 + l) = dw[e].to_bits();
+                        *my_xch.add(xch_b + 128 + e * 32 + l) = db[e].to_bits();
                     }
                 }
             }
@@ -776,10 +784,11 @@ mod kernel {
                     }
                 }
             }
-            let xch_w1 = |i: usize, e: usize| ((w * TILES_PER_WARP + i) * 4 + e) * 32 + l;
+            let xch_w1 = |i: usize, p: usize| ((w * TILES_PER_WARP + i) * 2 + p) * 32 + l;
             for i in 0..TILES_PER_WARP {
-                for e in 0..4 {
-                    unsafe { *my_xch.add(xch_w1(i, e)) = acc[i].get(e) };
+                for p in 0..2 {
+                    let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
+                    unsafe { *my_xch.add(xch_w1(i, p)) = pair };
                 }
             }
             barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
@@ -793,29 +802,31 @@ mod kernel {
                     theirs + mine
                 }
             };
-            let theirs = |i: usize| ld_cg_f32(unsafe { partner_xch.add(i) });
-            let mut tw1 = [[0.0f32; 4]; TILES_PER_WARP];
+            let theirs = |i: usize| ld_cg_u32(unsafe { partner_xch.add(i) });
+            let mut tw1 = [[0u32; 2]; TILES_PER_WARP];
             for i in 0..TILES_PER_WARP {
-                for e in 0..4 {
-                    tw1[i][e] = theirs(xch_w1(i, e));
+                for p in 0..2 {
+                    tw1[i][p] = theirs(xch_w1(i, p));
                 }
             }
             let (mut tdw, mut tdb, mut tdb1) = ([0.0f32; 4], [0.0f32; 4], 0.0);
             if w == WARPS - 1 {
                 for e in 0..4 {
-                    tdw[e] = theirs(xch_b + e * 32 + l);
-                    tdb[e] = theirs(xch_b + 128 + e * 32 + l);
+                    tdw[e] = f32::from_bits(theirs(xch_b + e * 32 + l));
+                    tdb[e] = f32::from_bits(theirs(xch_b + 128 + e * 32 + l));
                 }
             }
             if tid < UNITS {
-                tdb1 = theirs(xch_b + 256 + tid);
+                tdb1 = f32::from_bits(theirs(xch_b + 256 + tid));
             }
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
                     for e in 0..4 {
                         let (r, c) = mma_c(l, e);
-                        let g = both(acc[i].get(e), tw1[i][e]);
+                        // Both sides add the same fp16-rounded shares.
+                        let half = tw1[i][e / 2] >> (16 * (e % 2));
+                        let g = both(round_h(acc[i].get(e)), h2f(half as u16));
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(
                             sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
@@ -931,7 +942,7 @@ mod kernel {
                     steps: u32,
                     seed: u32,
                     logits: *mut i64,
-                    exchange: *mut f32,
+                    exchange: *mut u32,
                     counters: *mut u32,
                 ) {
                     unsafe {

@@ -19,7 +19,7 @@ pub struct Persistent {
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
     /// Each block's shares of the gradients, for the other block of its slice.
-    exchange: Buf<f32>,
+    exchange: Buf<u32>,
     /// Arrival counts of the grid barrier, then of each slice's pair barrier; zeroed before
     /// each launch.
     counters: Buf<u32>,
