@@ -144,13 +144,6 @@ mod kernel {
     /// divergence, which keeps any sum of up to 2^11 slices inside an i64.
     const FIX: f32 = 4294967296.0;
     const FIX_LIMIT: f32 = 1048576.0;
-    /// A fixed-point sum back to f32, by its 32-bit halves (two fast conversions instead of
-    /// one 64-bit one).
-    #[inline(always)]
-    fn from_fix(q: i64) -> f32 {
-        ((q >> 32) as i32) as f32 + (q as u32) as f32 / FIX
-    }
-
     /// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
     const ONES: [u32; 2] = [0x3c00_3c00; 2];
 
@@ -637,7 +630,7 @@ mod kernel {
                     let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
                     for c in 0..MAX_CLASSES {
                         if c < cn {
-                            let v = from_fix(q[c]) + unsafe { *b2h.add(c) };
+                            let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
                             z[c] = if poisoned { f32::NAN } else { v };
                         }
                     }
