@@ -618,60 +618,81 @@ mod kernel {
                 }
                 barrier(grid_count, blocks * (k + 1), tiles_sync);
 
-                // Softmax cross-entropy, one row per thread; the gradient of the logits, scaled by
-                // 1/batch, goes to shared memory in fp16. All loads first, then the arithmetic.
-                if tid < mine {
-                    let row = unsafe { sums.add((r0 + tid) * cn) };
-                    let mut q = [0i64; MAX_CLASSES];
-                    for c in 0..MAX_CLASSES {
-                        q[c] = ld_cg_i64(unsafe { row.add(c.min(cn - 1)) });
+                // Softmax cross-entropy, two threads per row, eight classes each (partners are
+                // adjacent lanes); the gradient of the logits, scaled by 1/batch, goes to shared
+                // memory in fp16. Every tile thread runs it (the shuffles need whole warps);
+                // threads past the block's rows compute on row 0 and store zeros.
+                const HALF: usize = MAX_CLASSES / 2;
+                let (r, side) = (tid / 2, tid % 2);
+                let valid = r < mine;
+                let row = unsafe { sums.add((r0 + if valid { r } else { 0 }) * cn) };
+                let c0 = HALF * side;
+                let mut q = [0i64; HALF];
+                for c in 0..HALF {
+                    q[c] = ld_cg_i64(unsafe { row.add((c0 + c).min(cn - 1)) });
+                }
+                let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
+                let label = if valid {
+                    (unsafe { *labels.add(cur * rows + r) }) as usize
+                } else {
+                    0
+                };
+                let mut z = [f32::NEG_INFINITY; HALF];
+                for c in 0..HALF {
+                    if c0 + c < cn {
+                        let v = q[c] as f32 / FIX + unsafe { *b2h.add(c0 + c) };
+                        z[c] = if poisoned { f32::NAN } else { v };
                     }
-                    let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
-                    let mut z = [f32::NEG_INFINITY; MAX_CLASSES];
-                    for c in 0..MAX_CLASSES {
-                        if c < cn {
-                            let v = q[c] as f32 / FIX + unsafe { *b2h.add(c) };
-                            z[c] = if poisoned { f32::NAN } else { v };
-                        }
+                }
+                // Arg-max: the first maximum, as a sequential scan would find it.
+                let (mut max, mut arg) = (z[0], c0);
+                for c in 1..HALF {
+                    if z[c] > max {
+                        (max, arg) = (z[c], c0 + c);
                     }
-                    let label = unsafe { *labels.add(cur * rows + tid) } as usize;
-                    let (mut max, mut arg) = (z[0], 0);
-                    for c in 1..MAX_CLASSES {
-                        if z[c] > max {
-                            (max, arg) = (z[c], c);
-                        }
+                }
+                let (o_max, o_arg) = (shfl_xor_f32(max, 1), shfl_xor_u32(arg as u32, 1) as usize);
+                let other_first = side == 1;
+                if o_max > max || (o_max == max && other_first) {
+                    (max, arg) = (o_max, o_arg);
+                }
+                let mut e = [0.0f32; HALF];
+                let (mut sum, mut zl) = (0.0, 0.0);
+                for c in 0..HALF {
+                    if c0 + c < cn {
+                        e[c] = exp2((z[c] - max) * LOG2_E);
+                        sum += e[c];
                     }
-                    let mut e = [0.0f32; MAX_CLASSES];
-                    let (mut sum, mut zl) = (0.0, 0.0);
-                    for c in 0..MAX_CLASSES {
-                        if c < cn {
-                            e[c] = exp2((z[c] - max) * LOG2_E);
-                            sum += e[c];
-                        }
-                        if c == label {
-                            zl = z[c];
-                        }
+                    if c0 + c == label {
+                        zl = z[c];
                     }
+                }
+                // Both partners add in the same order (side 0's share first).
+                let (o_sum, o_zl) = (shfl_xor_f32(sum, 1), shfl_xor_f32(zl, 1));
+                let (sum, zl) = if side == 0 {
+                    (sum + o_sum, zl + o_zl)
+                } else {
+                    (o_sum + sum, o_zl + zl)
+                };
+                if valid && side == 0 {
                     l_sum = log2(sum) * LN_2 - (zl - max);
                     c_sum = (arg == label) as u32 as f32;
-                    let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
-                    let grad = |c: usize| {
-                        if c < cn {
-                            (e[c] * inv - (c == label) as u32 as f32) * scale
-                        } else {
-                            0.0
-                        }
-                    };
-                    for c2 in 0..MAX_CLASSES / 2 {
+                }
+                let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
+                let grad = |c: usize| {
+                    if valid && c0 + c < cn {
+                        (e[c] * inv - (c0 + c == label) as u32 as f32) * scale
+                    } else {
+                        0.0
+                    }
+                };
+                if r < rows {
+                    for c2 in 0..HALF / 2 {
                         let c = 2 * c2;
                         sts_u32(
-                            sdl + ((tid * MAX_CLASSES + c) * 2) as u32,
+                            sdl + ((r * MAX_CLASSES + c0 + c) * 2) as u32,
                             pack_h2(grad(c), grad(c + 1)),
                         );
-                    }
-                } else if tid < rows {
-                    for c2 in 0..MAX_CLASSES / 2 {
-                        sts_u32(sdl + ((tid * MAX_CLASSES + 2 * c2) * 2) as u32, 0);
                     }
                 }
             }
