@@ -139,7 +139,7 @@ mod kernel {
 
     /// Independent accumulators per warp in the forward, so the tensor cores are not waiting
     /// on one long dependent chain along K.
-    const CHAINS: usize = 4;
+    const CHAINS: usize = 2;
     /// Fixed point of the logit sums: 32 fractional bits. Partial values beyond ±2^20 count as
     /// divergence, which keeps any sum of up to 2^11 slices inside an i64.
     const FIX: f32 = 4294967296.0;
