@@ -10,8 +10,11 @@ mkdir -p "$out"
 csv="$out/mnist_widths.csv"
 echo "system,mode,hidden,epoch,epoch_time_s,test_accuracy" > "$csv"
 for h in $widths; do
+  # mode: the engine the header line names (the persistent kernel where it applies, else the
+  # layered kernels replayed as a CUDA graph)
   "$host" mnist --hidden "$h" --epochs "$epochs" --metrics "$out/ours_$h.tmp" 2>/dev/null \
-    | awk -v h="$h" '/^epoch/ {gsub("%","",$11); print "ours,graph," h "," $2 "," $12 "," $11/100}' >> "$csv"
+    | awk -v h="$h" '/persistent kernel/ {m = "persistent"} /^MNIST/ && m == "" {m = "graph"}
+                     /^epoch/ {gsub("%","",$11); print "ours," m "," h "," $2 "," $12 "," $11/100}' >> "$csv"
   rm -f "$out/ours_$h.tmp"
   for mode in ${MODES:-eager32 fp16 graph}; do
     timeout "${PT_TIMEOUT:-300}" "${PYTHON:-python3}" bench/pytorch/mnist_mlp.py --mode "$mode" --hidden "$h" --epochs "$epochs" --csv "$out/pt.tmp" >/dev/null 2>&1 || { echo "pytorch $mode $h failed or timed out" >&2; continue; }

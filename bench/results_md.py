@@ -52,9 +52,10 @@ if ours_epochs:
     ours_t = mean([t for e, _, t in ours_epochs if e > 1])
     md.append("## MNIST MLP (784-128-10, batch 128, SGD lr 0.05 momentum 0.9, Kaiming, 10 epochs)\n")
     md.append("| system | s per epoch (epochs 2+) | final test accuracy |\n| --- | --- | --- |")
-    md.append(f"| ours (Rust kernels, fp16, CUDA graph) | {ours_t:.3f} | {ours_epochs[-1][1]:.2f}% |")
+    engine = "persistent kernel" if "persistent kernel" in log else "CUDA graph"
+    md.append(f"| ours (Rust kernels, fp16, {engine}) | {ours_t:.4f} | {ours_epochs[-1][1]:.2f}% |")
     for mode, v in sorted(pt.items()):
-        md.append(f"| PyTorch {mode} | {mean(v):.3f} | {100 * pt_acc[mode]:.2f}% |")
+        md.append(f"| PyTorch {mode} | {mean(v):.4f} | {100 * pt_acc[mode]:.2f}% |")
     fastest = min(pt, key=lambda m: mean(pt[m])) if pt else None
     if fastest:
         md.append(f"\nOurs vs the fastest PyTorch mode ({fastest}): {mean(pt[fastest]) / ours_t:.2f}× faster per epoch.\n")
@@ -73,10 +74,10 @@ if w:
     md.append("| --- " * (len(systems) + 2) + "|")
     for h in widths:
         vals = {s: mean(t.get((s, h), [])) for s in systems}
-        ours = vals.get("ours graph", float("nan"))
+        ours = min((v for s, v in vals.items() if s.startswith("ours") and v == v), default=float("nan"))
         ptv = [v for s, v in vals.items() if s.startswith("pytorch") and v == v]
         sp = min(ptv) / ours if ptv else float("nan")
-        md.append(f"| {h} | " + " | ".join(f"{vals[s]:.3f}" for s in systems) + f" | {sp:.2f}× |")
+        md.append(f"| {h} | " + " | ".join(f"{vals[s]:.4f}" if vals[s] == vals[s] else "–" for s in systems) + f" | {sp:.2f}× |")
     md.append(f"\n![time per epoch]({a.images}mnist_widths.png)\n")
 
 # Regression

@@ -266,14 +266,14 @@ mod kernel {
         o
     }
 
-    /// [`opaque`] for a pointer.
+    /// [`opaque`] for a pointer (passed as its address: the asm only copies it).
     #[inline(always)]
     fn opaque_ptr(p: *mut u32) -> *mut u32 {
-        let o: *mut u32;
+        let o: u64;
         unsafe {
-            asm!("mov.b64 {o}, {p};", o = out(reg64) o, p = in(reg64) p, options(nomem, nostack))
+            asm!("mov.b64 {o}, {p};", o = out(reg64) o, p = in(reg64) p as u64, options(nomem, nostack))
         };
-        o
+        o as *mut u32
     }
 
     /// `x` rounded to fp16 and back: the value the tensor cores and the layered path see.
@@ -667,13 +667,8 @@ mod kernel {
                         zl = z[c];
                     }
                 }
-                // Both partners add in the same order (side 0's share first).
-                let (o_sum, o_zl) = (shfl_xor_f32(sum, 1), shfl_xor_f32(zl, 1));
-                let (sum, zl) = if side == 0 {
-                    (sum + o_sum, zl + o_zl)
-                } else {
-                    (o_sum + sum, o_zl + zl)
-                };
+                // Both partners get the same totals: IEEE addition is commutative.
+                let (sum, zl) = (sum + shfl_xor_f32(sum, 1), zl + shfl_xor_f32(zl, 1));
                 if valid && side == 0 {
                     l_sum = log2(sum) * LN_2 - (zl - max);
                     c_sum = (arg == label) as u32 as f32;
@@ -807,15 +802,10 @@ mod kernel {
             }
             barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
 
-            // Both blocks of the slice add the two shares in the same order (part 0 first) and
-            // take the same SGD step. The partner's shares are all requested before any is used.
-            let both = |mine: f32, theirs: f32| {
-                if part == 0 {
-                    mine + theirs
-                } else {
-                    theirs + mine
-                }
-            };
+            // Both blocks of the slice add the two shares (the same sums: IEEE addition is
+            // commutative) and take the same SGD step. The partner's shares are all requested
+            // before any is used.
+            let both = |mine: f32, theirs: f32| mine + theirs;
             let theirs = |i: usize| ld_cg_u32(unsafe { partner_xch.add(i) });
             let mut tw1 = [[0u32; 2]; TILES_PER_WARP];
             for i in 0..TILES_PER_WARP {
