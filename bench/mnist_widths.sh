@@ -13,7 +13,7 @@ for h in $widths; do
   # mode: the engine the header line names (the persistent kernel where it applies, else the
   # layered kernels replayed as a CUDA graph)
   "$host" mnist --hidden "$h" --epochs "$epochs" --metrics "$out/ours_$h.tmp" 2>/dev/null \
-    | awk -v h="$h" '/persistent kernel/ {m = "persistent"} /^MNIST/ && m == "" {m = "graph"}
+    | awk -v h="$h" '/^MNIST/ {m = ($0 ~ /persistent kernel \([0-9]+ blocks\)/) ? "persistent" : "graph"}
                      /^epoch/ {gsub("%","",$11); print "ours," m "," h "," $2 "," $12 "," $11/100}' >> "$csv"
   rm -f "$out/ours_$h.tmp"
   for mode in ${MODES:-eager32 fp16 graph}; do

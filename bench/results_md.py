@@ -52,7 +52,7 @@ if ours_epochs:
     ours_t = mean([t for e, _, t in ours_epochs if e > 1])
     md.append("## MNIST MLP (784-128-10, batch 128, SGD lr 0.05 momentum 0.9, Kaiming, 10 epochs)\n")
     md.append("| system | s per epoch (epochs 2+) | final test accuracy |\n| --- | --- | --- |")
-    engine = "persistent kernel" if "persistent kernel" in log else "CUDA graph"
+    engine = "persistent kernel" if re.search(r"persistent kernel \(\d+ blocks\)", log) else "CUDA graph"
     md.append(f"| ours (Rust kernels, fp16, {engine}) | {ours_t:.4f} | {ours_epochs[-1][1]:.2f}% |")
     for mode, v in sorted(pt.items()):
         md.append(f"| PyTorch {mode} | {mean(v):.4f} | {100 * pt_acc[mode]:.2f}% |")
