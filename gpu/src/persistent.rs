@@ -17,14 +17,16 @@
 //! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
 //!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
 //! - the two blocks of a slice exchange their shares through global memory (pair barrier),
-//!   add them in the same order, and apply the same SGD update to their copies.
+//!   add them (IEEE addition is commutative: both get the same sums) and apply the same SGD
+//!   update to their copies.
 //!
 //! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
-//! second buffer: the copy of the next batch (the step's largest transfer) overlaps the whole
-//! step instead of preceding its forward. Within a block, warps own 16-row tiles of the batch
+//! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
+//! instead of preceding its forward. Within a block, warps 0-3 own the 16-row tiles of the batch
 //! through the forward, the partial logits, the softmax and dH, so those stay in registers as
-//! `mma` fragments (an accumulator fragment of one product is the A fragment of the next). W1's
-//! fp32 master values and momentum live in registers for the whole launch.
+//! `mma` fragments (an accumulator fragment of one product is the A fragment of the next), while
+//! warps 4-7 fetch the next batch; all eight share dW1. W1's fp32 master values and momentum
+//! live in registers for the whole launch. `docs/persistent.md` has the measurements.
 
 /// Hidden units per slice: one n = 8 `mma` tile.
 pub const UNITS: usize = 8;
@@ -805,7 +807,6 @@ mod kernel {
             // Both blocks of the slice add the two shares (the same sums: IEEE addition is
             // commutative) and take the same SGD step. The partner's shares are all requested
             // before any is used.
-            let both = |mine: f32, theirs: f32| mine + theirs;
             let theirs = |i: usize| ld_cg_u32(unsafe { partner_xch.add(i) });
             let mut tw1 = [[0u32; 2]; TILES_PER_WARP];
             for i in 0..TILES_PER_WARP {
@@ -830,7 +831,7 @@ mod kernel {
                         let (r, c) = mma_c(l, e);
                         // Both sides add the same fp16-rounded shares.
                         let half = tw1[i][e / 2] >> (16 * (e % 2));
-                        let g = both(round_h(acc[i].get(e)), h2f(half as u16));
+                        let g = round_h(acc[i].get(e)) + h2f(half as u16);
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(
                             sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
@@ -840,7 +841,7 @@ mod kernel {
                 }
             }
             if tid < UNITS {
-                let g = both(db1, tdb1);
+                let g = db1 + tdb1;
                 unsafe {
                     *b1h.add(tid) =
                         round_h(sgd(&mut *b1m.add(tid), &mut *b1v.add(tid), g, lr, momentum))
@@ -851,12 +852,12 @@ mod kernel {
                     let (c, j) = mma_c(l, e);
                     if c < cn {
                         let i = c * UNITS + j;
-                        let g = both(dw[e], tdw[e]);
+                        let g = dw[e] + tdw[e];
                         let nw =
                             unsafe { sgd(&mut *w2m.add(i), &mut *w2v.add(i), g, lr, momentum) };
                         set_w2h(c, j, nw);
                         if j == 0 {
-                            let g = both(db[e], tdb[e]);
+                            let g = db[e] + tdb[e];
                             unsafe {
                                 *b2h.add(c) = round_h(sgd(
                                     &mut *b2m.add(c),
