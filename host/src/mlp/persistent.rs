@@ -1,5 +1,6 @@
 //! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of a
-//! one-hidden-layer MLP, with one grid-wide barrier per step instead of a dozen kernels.
+//! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
+//! of a dozen kernels.
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg};
 use anyhow::Result;
