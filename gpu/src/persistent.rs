@@ -40,6 +40,10 @@ pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
 /// 16-wide tiles of dW1ᵀ (along the input) per warp.
 const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
+const _: () = assert!(
+    WARPS * TILES_PER_WARP * 16 == MAX_DIM,
+    "the warps' tiles cover MAX_DIM"
+);
 
 /// Blocks per slice of hidden units: the batch is split in this many parts.
 pub const PARTS: usize = 2;
@@ -127,6 +131,49 @@ pub const LOGIT_SLOTS: usize = 3;
 /// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
 /// (`[element][lane]` each) and of db1.
 pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + 2 * 4 * 32 + UNITS;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every buffer starts on a 16-byte boundary (`ldmatrix` rows, `cp.async` and 16-byte
+    /// stores need it), the buffers follow each other without overlap, and a batch row spans
+    /// an odd number of 16-byte chunks (conflict-free `ldmatrix`).
+    #[test]
+    fn shared_memory_layout() {
+        for (batch, dim) in [
+            (128, 784),
+            (100, 48),
+            (8, 48),
+            (1, 16),
+            (127, 896),
+            (64, 32),
+        ] {
+            let m = Smem::new(batch, dim);
+            let regions = [
+                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.src, m.labels, m.params, m.bytes,
+            ];
+            for r in regions {
+                assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
+            }
+            assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
+            assert_eq!((m.stride / 16) % 2, 1);
+            assert!(m.stride >= 2 * dim);
+            assert!(
+                m.rows.is_multiple_of(16) && m.rows * PARTS >= batch && m.rows <= MAX_BATCH / PARTS
+            );
+            assert_eq!(m.w1 - m.x, 2 * m.rows * m.stride);
+        }
+    }
+
+    /// The default MNIST model fits an H100's 227 KB per block.
+    #[test]
+    fn mnist_fits_an_h100() {
+        let m = Smem::new(128, 784);
+        assert_eq!(m.rows, 64);
+        assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
+    }
+}
 
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
