@@ -21,6 +21,11 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def smooth(v, k=20):
     out, acc = [], 0.0
     for i, x in enumerate(v):
@@ -47,8 +52,7 @@ def loss_curves(d):
     ax.set(xlabel="step (batch 128)", ylabel="training loss (moving average of 20 steps)", yscale="log",
            title="MNIST 784-128-10, SGD lr 0.05 momentum 0.9, Kaiming init")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(d / "mnist_loss.png", dpi=120)
+    save(fig, d / "mnist_loss.png")
 
 
 def widths(d):
@@ -71,8 +75,7 @@ def widths(d):
     ax.set_xticks(sorted({h for p in series.values() for h in p}))
     ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(d / "mnist_widths.png", dpi=120)
+    save(fig, d / "mnist_widths.png")
 
 
 def regression(d):
@@ -94,8 +97,7 @@ def regression(d):
     ax.set(xscale="log", yscale="log", xlabel="points", ylabel="ms for 200 epochs",
            title="Linear regression, full-batch gradient descent")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(d / "regression_sweep.png", dpi=120)
+    save(fig, d / "regression_sweep.png")
 
 
 def regression_ops(d):
@@ -110,8 +112,7 @@ def regression_ops(d):
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.bar([o[0] for o in ops], [1000 * o[1] for o in ops])
     ax.set(ylabel="µs", title="One unfused epoch, 5M points: time per op")
-    fig.tight_layout()
-    fig.savefig(d / "regression_ops.png", dpi=120)
+    save(fig, d / "regression_ops.png")
 
 
 def init_study(d):
@@ -131,8 +132,7 @@ def init_study(d):
         ax.set(xticks=range(3), xticklabels=inits, yscale="log", title=ds, ylabel="training loss")
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Initial and final loss per initialisation")
-    fig.tight_layout()
-    fig.savefig(d / "init.png", dpi=120)
+    save(fig, d / "init.png")
 
 
 if __name__ == "__main__":

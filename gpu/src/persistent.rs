@@ -439,6 +439,12 @@ mod kernel {
         // Parameters in: W1 master and momentum into registers (each thread keeps the elements
         // of the dW1ᵀ fragments it computes), their fp16 copy into shared memory; the small
         // ones into shared memory, padded with zeros to MAX_CLASSES.
+        // Element (input 16·mt + r, unit c) of the slice's W1: its flat index in the parameter
+        // buffers and its shared-memory address (fp16, `[unit][input]`).
+        let w1_index =
+            |mt: usize, r: usize, c: usize| (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r;
+        let w1_shared =
+            |mt: usize, r: usize, c: usize| sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32;
         let mut wm = [[0.0f32; 4]; TILES_PER_WARP];
         let mut wv = [[0.0f32; 4]; TILES_PER_WARP];
         for i in 0..TILES_PER_WARP {
@@ -446,15 +452,12 @@ mod kernel {
             if mt < ktiles {
                 for e in 0..4 {
                     let (r, c) = mma_c(l, e);
-                    let k = (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r;
+                    let k = w1_index(mt, r, c);
                     unsafe {
                         wm[i][e] = *w32.add(k);
                         wv[i][e] = *vel.add(k);
                     }
-                    sts_u16(
-                        sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
-                        f2h(wm[i][e]),
-                    );
+                    sts_u16(w1_shared(mt, r, c), f2h(wm[i][e]));
                 }
             }
         }
@@ -880,10 +883,7 @@ mod kernel {
                         let half = tw1[i][e / 2] >> (16 * (e % 2));
                         let g = round_h(acc[i].get(e)) + h2f(half as u16);
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
-                        sts_u16(
-                            sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32,
-                            f2h(nw),
-                        );
+                        sts_u16(w1_shared(mt, r, c), f2h(nw));
                     }
                 }
             }
@@ -939,11 +939,7 @@ mod kernel {
             if mt < ktiles {
                 for e in 0..4 {
                     let (r, c) = mma_c(l, e);
-                    put(
-                        (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r,
-                        wm[i][e],
-                        wv[i][e],
-                    );
+                    put(w1_index(mt, r, c), wm[i][e], wv[i][e]);
                 }
             }
         }

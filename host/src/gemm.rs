@@ -652,30 +652,20 @@ mod tests {
             0,
         );
         assert_eq!((v, mag), (0.0, 31.0));
-        let bad = h(&[12.0]);
-        let c = check(
-            &Problem::new(1, 1, 2, Layout::NN),
-            Accum::F16,
-            &h(&[1.0, 2.0]),
-            &h(&[3.0, 4.0]),
-            &[],
-            None,
-            &bad,
-            None,
-        );
-        assert_eq!(c.failures, 1);
-        let nan = h(&[f32::NAN]);
-        let c = check(
-            &Problem::new(1, 1, 2, Layout::NN),
-            Accum::F16,
-            &h(&[1.0, 2.0]),
-            &h(&[3.0, 4.0]),
-            &[],
-            None,
-            &nan,
-            None,
-        );
-        assert_eq!(c.failures, 1, "NaN never passes");
+        // 1·3 + 2·4 = 11: a wrong value fails, and NaN never passes.
+        for got in [12.0, f32::NAN] {
+            let c = check(
+                &Problem::new(1, 1, 2, Layout::NN),
+                Accum::F16,
+                &h(&[1.0, 2.0]),
+                &h(&[3.0, 4.0]),
+                &[],
+                None,
+                &h(&[got]),
+                None,
+            );
+            assert_eq!(c.failures, 1, "{got} must fail");
+        }
     }
 
     #[test]

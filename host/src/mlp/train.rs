@@ -119,11 +119,13 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     let steps = ds.train.count / o.batch; // the last partial batch is dropped
     // The persistent kernel trains whatever it supports, unless the run asks for the layered
     // path (or for what only it has: a forced GEMM configuration, eager launches).
-    let persistent_why = if o.layered || o.config.is_some() || !o.graph {
-        Some(String::new())
+    let opted_out = o.layered || o.config.is_some() || !o.graph;
+    let not_applicable = if opted_out {
+        None
     } else {
         persistent::unsupported(gpu, &sizes, o.batch)?
     };
+    let use_persistent = !opted_out && not_applicable.is_none();
     let eval_rows = ds.test.count.min(8192);
     let eval_chunks = ds.test.count.div_ceil(eval_rows);
 
@@ -144,10 +146,9 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             seed: arena.alloc(1)?,
         };
         let model = Mlp::new(gpu, arena, &sizes, o.batch, eval_rows, o.accum, o.config)?;
-        let p = match persistent_why {
-            None => Some(Persistent::new(gpu, arena, &sizes, o.batch, o.accum)?),
-            Some(_) => None,
-        };
+        let p = use_persistent
+            .then(|| Persistent::new(gpu, arena, &sizes, o.batch, o.accum))
+            .transpose()?;
         Ok((b, model, p))
     };
     let mut measure = Arena::measuring();
@@ -182,12 +183,12 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             o.momentum,
             o.init,
             o.accum.suffix(),
-            match (&fused, &persistent_why) {
+            match (&fused, &not_applicable) {
                 (Some(p), _) => format!("persistent kernel ({} blocks)", p.blocks()),
-                (None, Some(why)) if !why.is_empty() =>
+                (None, Some(why)) =>
                     format!("CUDA graph (the persistent kernel does not apply: {why})"),
-                _ if o.graph => "CUDA graph".into(),
-                _ => "eager launches".into(),
+                (None, None) if o.graph => "CUDA graph".into(),
+                (None, None) => "eager launches".into(),
             },
         );
         println!(
