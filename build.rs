@@ -38,7 +38,7 @@ fn main() {
             .strip_prefix("sm_")
             .and_then(|n| n.trim_end_matches('a').parse().ok())
             .unwrap_or_else(|| panic!("GPU_ARCHS entry {arch:?} is not of the form sm_NN"));
-        let ptx = build_ptx(root, &gpu, arch);
+        let ptx = build_ptx(root, &gpu, arch, sm);
         let dest = out.join(format!("gpu_{arch}.ptx"));
         std::fs::copy(&ptx, &dest).unwrap();
         writeln!(
@@ -52,7 +52,14 @@ fn main() {
     std::fs::write(out.join("ptx.rs"), table).unwrap();
 }
 
-fn build_ptx(root: &Path, gpu: &Path, arch: &str) -> PathBuf {
+/// Hopper's bulk copies and mbarrier transaction counts need PTX 8.0; rustc's default for
+/// sm_90 is 7.8.
+fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
+    let ptx_isa = if sm >= 90 {
+        " -C target-feature=+ptx80"
+    } else {
+        ""
+    };
     let target_dir = root.join("target").join("ptx").join(arch);
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -66,7 +73,10 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str) -> PathBuf {
         ])
         .args(["--crate-type", "cdylib", "--target-dir"])
         .arg(&target_dir)
-        .env("RUSTFLAGS", format!("-C target-cpu={arch} {UNROLL}"));
+        .env(
+            "RUSTFLAGS",
+            format!("-C target-cpu={arch}{ptx_isa} {UNROLL}"),
+        );
     // What the outer build set for itself must not leak into the nested one (clippy's wrapper,
     // the host's flags and target).
     for var in [

@@ -48,6 +48,12 @@ const _: () = assert!(
 /// Blocks per slice of hidden units: the batch is split in this many parts.
 pub const PARTS: usize = 2;
 
+/// Whether the kernel built for `sm` is launched with each slice's blocks as a cluster (the
+/// Hopper build: `build.rs` compiles sm_90 with PTX 8.0).
+pub const fn clustered(sm: u32) -> bool {
+    sm >= 90
+}
+
 /// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
 /// sizes the launch with it, the kernel finds its buffers with it.
 #[derive(Clone, Copy, Debug)]
@@ -78,6 +84,12 @@ pub struct Smem {
     /// momentum, fp16 value), b2 (the same, `[MAX_CLASSES]`), per-warp partial sums of db1
     /// (`[warps][UNITS]`) and of the loss and correct count (`[2][warps]`).
     pub params: usize,
+    /// On Hopper, where the partner block writes its shares of dW2, db2 and db1 (f32,
+    /// [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
+    pub xch: usize,
+    /// Two `mbarrier` objects (u64), one per batch buffer: where Hopper's bulk copies report
+    /// their bytes.
+    pub mbar: usize,
     pub bytes: usize,
 }
 
@@ -98,6 +110,8 @@ impl Smem {
         let params = labels + 2 * rows * 4;
         let floats =
             2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + WARPS * UNITS + 2 * WARPS;
+        let xch = (params + floats * 4).div_ceil(16) * 16;
+        let mbar = (xch + SMALL_SHARES * 4).div_ceil(16) * 16;
         Smem {
             rows,
             stride,
@@ -111,7 +125,9 @@ impl Smem {
             src,
             labels,
             params,
-            bytes: params + floats * 4,
+            xch,
+            mbar,
+            bytes: mbar + 16,
         }
     }
 }
@@ -130,7 +146,9 @@ pub const LOGIT_SLOTS: usize = 3;
 /// the reads are coalesced): its share of dW1 as fp16 pairs (`[warp][tile][pair][lane]`; the
 /// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
 /// (`[element][lane]` each) and of db1.
-pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + 2 * 4 * 32 + UNITS;
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + SMALL_SHARES;
+/// Words of the shares of dW2 and db2 (one `mma` fragment each) and of db1.
+pub const SMALL_SHARES: usize = 2 * 4 * 32 + UNITS;
 
 #[cfg(test)]
 mod tests {
@@ -151,7 +169,8 @@ mod tests {
         ] {
             let m = Smem::new(batch, dim);
             let regions = [
-                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.src, m.labels, m.params, m.bytes,
+                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.src, m.labels, m.params, m.xch,
+                m.mbar, m.bytes,
             ];
             for r in regions {
                 assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
@@ -239,6 +258,152 @@ mod kernel {
         unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
     }
 
+    /// Hopper builds (sm_90, PTX 8.0) use two of its features:
+    /// - bulk copies (`cp.async.bulk`: the copy engine moves whole rows and reports their bytes
+    ///   at the buffer's `mbarrier`) fetch the next batch, so the loader warps issue one
+    ///   instruction per row instead of stalling on 16-byte `cp.async` pieces. Both are issued
+    ///   at the start of the forward, which has no other global traffic: issued right after
+    ///   dW1 instead, the copies delayed the exchange and made the step slower;
+    /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
+    ///   into its partner's shared memory and they meet at the cluster's hardware barrier,
+    ///   instead of a round trip through L2 and a barrier polled in global memory.
+    const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx80"));
+
+    /// Initialises an `mbarrier` for one arrival per phase (the thread that announces the
+    /// bytes), visible to the copy engine.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn mbar_init(bar: u32) {
+        unsafe {
+            asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", "fence.mbarrier_init.release.cluster;",
+                 b = in(reg32) bar, options(nostack));
+        }
+    }
+
+    /// Arrives at `bar` announcing `bytes` to come: the phase completes once they have landed.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn mbar_expect(bar: u32, bytes: u32) {
+        unsafe {
+            let _state: u64;
+            asm!("mbarrier.arrive.expect_tx.shared::cta.b64 {s}, [{b}], {n};",
+                 s = out(reg64) _state, b = in(reg32) bar, n = in(reg32) bytes, options(nostack));
+        }
+    }
+
+    /// Waits until the phase of `bar` with this parity has completed.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn mbar_wait(bar: u32, parity: u32) {
+        loop {
+            let done: u32;
+            unsafe {
+                asm!("{{ .reg .pred p;",
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
+                     "selp.u32 {d}, 1, 0, p; }}",
+                     d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                     options(nostack));
+            }
+            if done != 0 {
+                break;
+            }
+        }
+    }
+
+    /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
+    /// memory on the copy engine, counting them at `bar`.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn bulk_copy(dst: u32, src: *const u8, bytes: u32, bar: u32) {
+        unsafe {
+            asm!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                 d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar,
+                 options(nostack));
+        }
+    }
+
+    /// This block's rank in its cluster (the part of the batch it owns).
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn cluster_rank() -> u32 {
+        let r: u32;
+        unsafe {
+            asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack));
+        }
+        r
+    }
+
+    /// The address of the same shared-memory location in block `rank` of the cluster.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn peer_addr(addr: u32, rank: u32) -> u32 {
+        let a: u32;
+        unsafe {
+            asm!("mapa.shared::cluster.u32 {a}, {s}, {r};", a = out(reg32) a, s = in(reg32) addr,
+                 r = in(reg32) rank, options(nomem, nostack));
+        }
+        a
+    }
+
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn st_peer_u32(addr: u32, v: u32) {
+        unsafe {
+            asm!("st.shared::cluster.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
+                 options(nostack));
+        }
+    }
+
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn st_peer_u16(addr: u32, v: u16) {
+        unsafe {
+            asm!("st.shared::cluster.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v,
+                 options(nostack));
+        }
+    }
+
+    /// Barrier of every thread of the cluster; what each wrote before it (to any block's
+    /// shared memory) is visible to all after it.
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn cluster_sync() {
+        unsafe {
+            asm!(
+                "barrier.cluster.arrive.release;",
+                "barrier.cluster.wait.acquire;",
+                options(nostack)
+            );
+        }
+    }
+
     #[inline(always)]
     fn red_add_i64(p: *mut i64, v: i64) {
         unsafe {
@@ -294,6 +459,20 @@ mod kernel {
             asm!("st.shared.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
                  options(nostack));
         }
+    }
+
+    #[inline(always)]
+    #[cfg_attr(
+        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        allow(dead_code)
+    )]
+    fn lds_u16(addr: u32) -> u16 {
+        let v: u16;
+        unsafe {
+            asm!("ld.shared.u16 {v}, [{a}];", v = out(reg16) v, a = in(reg32) addr,
+                 options(readonly, nostack));
+        }
+        v
     }
 
     #[inline(always)]
@@ -393,6 +572,7 @@ mod kernel {
             s0 + lay.dl as u32,
         );
         let (sw2_cu, sw2_uc) = (s0 + lay.w2_cu as u32, s0 + lay.w2_uc as u32);
+        let sxch = s0 + lay.xch as u32;
         let stride = lay.stride as u32;
         let (src, labels) = unsafe {
             (
@@ -429,6 +609,8 @@ mod kernel {
                 exchange.add((blk ^ 1) as usize * EXCHANGE),
             )
         };
+        // On Hopper the two blocks of a slice are a cluster: the partner's rank in it.
+        let peer = if HOPPER { cluster_rank() ^ 1 } else { 0 };
         // Roles while the batch is in flight: warps 0-3 own the 16-row tiles of the batch
         // (forward, partial logits, dH); warps 4-7 fetch the next batch meanwhile. (A warp
         // issuing `cp.async` stalls until the memory system takes the copies: ~100 KB take
@@ -533,7 +715,30 @@ mod kernel {
             }
             cp_async_commit();
         };
-        if loader {
+        // Bulk copies: the row of the batch a loader thread fetches into buffer `buf`, with its
+        // label, and the buffer's mbarrier.
+        let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
+        let row_bytes = dim * 2;
+        let bulk_row = |buf: usize, s: usize, label: u32| {
+            let dst = s0 + (lay.x + (buf * rows + lt) * lay.stride) as u32;
+            let from = unsafe { x.add(s * dim as usize) } as *const u8;
+            unsafe { *labels.add(buf * rows + lt) = label };
+            bulk_copy(dst, from, row_bytes, mbar(buf));
+        };
+        let batch_bytes = mine as u32 * row_bytes;
+        if loader && HOPPER {
+            if lt == 0 {
+                for b in 0..2 {
+                    mbar_init(mbar(b));
+                }
+                mbar_expect(mbar(0), batch_bytes);
+            }
+            loaders_sync();
+            if lt < mine {
+                let s = source(step0) as usize;
+                bulk_row(0, s, unsafe { *y.add(s) } as u32);
+            }
+        } else if loader {
             if lt < mine {
                 let s = source(step0);
                 unsafe { *labels.add(lt) = *y.add(s as usize) as u32 };
@@ -546,10 +751,13 @@ mod kernel {
             let step = step0 + k;
             let cur = (k % 2) as usize;
             let sums = unsafe { logits.add((k as usize % LOGIT_SLOTS) * slot) };
-            if loader {
+            if loader && !HOPPER {
                 cp_async_wait::<0>();
             }
             sync_threads();
+            if HOPPER {
+                mbar_wait(mbar(cur), (k / 2) % 2);
+            }
             // Index arithmetic is redone each step from values the optimiser cannot see through:
             // hoisted out of the loop, its dozens of invariant offsets would each hold a
             // register for the whole launch, and push W1's registers into local memory.
@@ -646,14 +854,28 @@ mod kernel {
                 }
             }
             // Meanwhile the loader warps fetch the next batch into the other buffer (last read
-            // by the previous step's dW1); its labels are stored at the end of the step.
+            // by the previous step's dW1); with `cp.async`, its labels are stored at the end of
+            // the step.
             let mut next_label = 0u32;
             if loader && k + 1 < steps {
+                let mut s = 0;
                 if lt < mine {
-                    next_label = unsafe { *y.add(source(step + 1) as usize) } as u32;
+                    s = source(step + 1) as usize;
+                    next_label = unsafe { *y.add(s) } as u32;
                 }
-                loaders_sync();
-                load_batch(1 - cur);
+                if HOPPER {
+                    // One thread announces the batch's bytes before any copy can land.
+                    if lt == 0 {
+                        mbar_expect(mbar(1 - cur), batch_bytes);
+                    }
+                    loaders_sync();
+                    if lt < mine {
+                        bulk_row(1 - cur, s, next_label);
+                    }
+                } else {
+                    loaders_sync();
+                    load_batch(1 - cur);
+                }
             }
             // The tile warps meet the grid at the barrier and take the softmax; the loader
             // warps join at the block barrier after it, once their copies are issued.
@@ -801,13 +1023,22 @@ mod kernel {
                 red_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
                 red_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
+            // The small shares: word j of dW2, db2 (`[element][lane]` each), then db1; into the
+            // partner's shared memory on Hopper, else into this block's exchange area.
             let xch_b = WARPS * TILES_PER_WARP * 2 * 32;
+            let give = |j: usize, v: f32| {
+                if HOPPER {
+                    st_peer_u32(peer_addr(sxch + 4 * j as u32, peer), v.to_bits());
+                } else {
+                    unsafe { *my_xch.add(xch_b + j) = v.to_bits() };
+                }
+            };
             let mut db1 = 0.0;
             if tid < UNITS {
                 for i in 0..WARPS {
                     db1 += unsafe { *db1_part.add(i * UNITS + tid) };
                 }
-                unsafe { *my_xch.add(xch_b + 256 + tid) = db1.to_bits() };
+                give(256 + tid, db1);
             }
             let ksteps = rows / 16;
             let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
@@ -824,10 +1055,8 @@ mod kernel {
                     }
                 }
                 for e in 0..4 {
-                    unsafe {
-                        *my_xch.add(xch_b + e * 32 + l) = dw[e].to_bits();
-                        *my_xch.add(xch_b + 128 + e * 32 + l) = db[e].to_bits();
-                    }
+                    give(e * 32 + l, dw[e]);
+                    give(128 + e * 32 + l, db[e]);
                 }
             }
             let bf = unit_frags(sdh, rows);
@@ -845,34 +1074,60 @@ mod kernel {
                     }
                 }
             }
+            // dW1 as fp16 (the layered path keeps weight gradients in fp16 too). On Hopper each
+            // element goes where the partner keeps the same element of its fp16 W1: that copy
+            // is free from its forward (before the grid barrier) until its update, where the
+            // thread that reads the share then writes the new weight.
             let xch_w1 = |i: usize, p: usize| ((w * TILES_PER_WARP + i) * 2 + p) * 32 + l;
-            for i in 0..TILES_PER_WARP {
-                for p in 0..2 {
-                    let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
-                    unsafe { *my_xch.add(xch_w1(i, p)) = pair };
+            if HOPPER {
+                for i in 0..TILES_PER_WARP {
+                    let mt = w + WARPS * i;
+                    if mt < ktiles {
+                        for e in 0..4 {
+                            let (r, c) = mma_c(l, e);
+                            st_peer_u16(peer_addr(w1_shared(mt, r, c), peer), f2h(acc[i].get(e)));
+                        }
+                    }
                 }
+                cluster_sync();
+            } else {
+                for i in 0..TILES_PER_WARP {
+                    for p in 0..2 {
+                        let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
+                        unsafe { *my_xch.add(xch_w1(i, p)) = pair };
+                    }
+                }
+                barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
             }
-            barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
 
             // Both blocks of the slice add the two shares (the same sums: IEEE addition is
-            // commutative) and take the same SGD step. The partner's shares are all requested
-            // before any is used.
+            // commutative) and take the same SGD step. The partner's shares in global memory
+            // are all requested before any is used.
             let theirs = |i: usize| ld_cg_u32(unsafe { partner_xch.add(i) });
+            let take = |j: usize| {
+                f32::from_bits(if HOPPER {
+                    lds_u32(sxch + 4 * j as u32)
+                } else {
+                    theirs(xch_b + j)
+                })
+            };
             let mut tw1 = [[0u32; 2]; TILES_PER_WARP];
-            for i in 0..TILES_PER_WARP {
-                for p in 0..2 {
-                    tw1[i][p] = theirs(xch_w1(i, p));
+            if !HOPPER {
+                for i in 0..TILES_PER_WARP {
+                    for p in 0..2 {
+                        tw1[i][p] = theirs(xch_w1(i, p));
+                    }
                 }
             }
             let (mut tdw, mut tdb, mut tdb1) = ([0.0f32; 4], [0.0f32; 4], 0.0);
             if w == WARPS - 1 {
                 for e in 0..4 {
-                    tdw[e] = f32::from_bits(theirs(xch_b + e * 32 + l));
-                    tdb[e] = f32::from_bits(theirs(xch_b + 128 + e * 32 + l));
+                    tdw[e] = take(e * 32 + l);
+                    tdb[e] = take(128 + e * 32 + l);
                 }
             }
             if tid < UNITS {
-                tdb1 = f32::from_bits(theirs(xch_b + 256 + tid));
+                tdb1 = take(256 + tid);
             }
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
@@ -880,8 +1135,12 @@ mod kernel {
                     for e in 0..4 {
                         let (r, c) = mma_c(l, e);
                         // Both sides add the same fp16-rounded shares.
-                        let half = tw1[i][e / 2] >> (16 * (e % 2));
-                        let g = round_h(acc[i].get(e)) + h2f(half as u16);
+                        let half = if HOPPER {
+                            lds_u16(w1_shared(mt, r, c))
+                        } else {
+                            (tw1[i][e / 2] >> (16 * (e % 2))) as u16
+                        };
+                        let g = round_h(acc[i].get(e)) + h2f(half);
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(w1_shared(mt, r, c), f2h(nw));
                     }
@@ -918,7 +1177,7 @@ mod kernel {
                     }
                 }
             }
-            if loader && k + 1 < steps && lt < mine {
+            if loader && !HOPPER && k + 1 < steps && lt < mine {
                 unsafe { *labels.add((1 - cur) * rows + lt) = next_label };
             }
             sync_threads();

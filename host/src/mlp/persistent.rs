@@ -2,19 +2,22 @@
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu, PushKernelArg};
+use crate::cuda::{Arena, Buf, Gpu};
 use anyhow::Result;
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaFunction, LaunchConfig};
+use cudarc::driver::CudaFunction;
+use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
 use gpu::gemm::Accum;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS,
-    logits_slot,
+    clustered, logits_slot,
 };
+use std::ffi::c_void;
 
 pub struct Persistent {
     f: CudaFunction,
     blocks: u32,
+    /// Each slice's blocks launched as a cluster (the Hopper build).
+    cluster: bool,
     batch: u32,
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
@@ -71,13 +74,25 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<St
     Ok(Some(why))
 }
 
+/// How many blocks can be resident at once: whole clusters of them on Hopper.
 fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
     )?;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
-    Ok(per_sm as usize * gpu.sm_count()? as usize)
+    if !clustered(gpu.ptx.sm) {
+        let per_sm =
+            f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
+        return Ok(per_sm as usize * gpu.sm_count()? as usize);
+    }
+    let mut attrs = vec![cluster_attribute()];
+    let config = launch_config(gpu, PARTS as u32, smem, &mut attrs);
+    let mut clusters = 0;
+    gpu.ctx.bind_to_thread()?;
+    // SAFETY: `config` and its attributes outlive the call, which only reads them.
+    unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f.cu_function(), &config) }
+        .result()?;
+    Ok(clusters as usize * PARTS)
 }
 
 impl Persistent {
@@ -100,6 +115,7 @@ impl Persistent {
         Ok(Persistent {
             f,
             blocks: blocks as u32,
+            cluster: clustered(gpu.ptx.sm),
             batch: batch as u32,
             smem,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
@@ -132,43 +148,110 @@ impl Persistent {
         let [dim, hidden, classes] = [0, 1, 2].map(|i| model.sizes[i] as u32);
         let o = [offs[0].0, offs[0].1, offs[1].0, offs[1].1].map(|v| v as u32);
         let (n, step0, steps) = (n as u32, step0 as u32, steps as u32);
-        let mut b = gpu.stream.launch_builder(&self.f);
-        b.arg(&x)
-            .arg(&y)
-            .arg(&n)
-            .arg(&dim)
-            .arg(&hidden)
-            .arg(&classes);
-        b.arg(&self.batch)
-            .arg(&model.w32.ptr)
-            .arg(&model.w16.ptr)
-            .arg(&model.vel.ptr);
-        b.arg(&o[0])
-            .arg(&o[1])
-            .arg(&o[2])
-            .arg(&o[3])
-            .arg(&lr)
-            .arg(&momentum);
-        b.arg(&loss)
-            .arg(&correct)
-            .arg(&step0)
-            .arg(&steps)
-            .arg(&seed);
-        b.arg(&self.logits.ptr)
-            .arg(&self.exchange.ptr)
-            .arg(&self.counters.ptr);
-        let cfg = LaunchConfig {
-            grid_dim: (self.blocks, 1, 1),
-            block_dim: (THREADS as u32, 1, 1),
-            shared_mem_bytes: self.smem.bytes as u32,
-        };
+        let mut args = [
+            arg(&x),
+            arg(&y),
+            arg(&n),
+            arg(&dim),
+            arg(&hidden),
+            arg(&classes),
+            arg(&self.batch),
+            arg(&model.w32.ptr),
+            arg(&model.w16.ptr),
+            arg(&model.vel.ptr),
+            arg(&o[0]),
+            arg(&o[1]),
+            arg(&o[2]),
+            arg(&o[3]),
+            arg(&lr),
+            arg(&momentum),
+            arg(&loss),
+            arg(&correct),
+            arg(&step0),
+            arg(&steps),
+            arg(&seed),
+            arg(&self.logits.ptr),
+            arg(&self.exchange.ptr),
+            arg(&self.counters.ptr),
+        ];
         // Cooperative: the driver refuses the launch unless every block can be resident at
-        // once, which the grid barrier needs.
-        unsafe { b.launch_cooperative(cfg) }?;
+        // once, which the grid barrier needs. On Hopper the two blocks of each slice are also
+        // a cluster, which shares their shared memory.
+        let mut attrs = vec![attribute(
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+            |v| v.cooperative = 1,
+        )];
+        if self.cluster {
+            attrs.push(cluster_attribute());
+        }
+        let config = launch_config(gpu, self.blocks, self.smem.bytes, &mut attrs);
+        gpu.ctx.bind_to_thread()?;
+        // SAFETY: `args` holds one pointer per kernel parameter, in order and of the kernel's
+        // types (`train` in gpu/src/persistent.rs); every buffer lives as long as `self` and
+        // `model`, which outlive the stream's work (the training loop synchronises first).
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                self.f.cu_function(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
         Ok(())
     }
 
     pub fn blocks(&self) -> u32 {
         self.blocks
+    }
+}
+
+/// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
+fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+fn attribute(
+    id: CUlaunchAttributeID,
+    set: impl FnOnce(&mut sys::CUlaunchAttributeValue),
+) -> sys::CUlaunchAttribute {
+    // SAFETY: the attribute is plain old data; all zeroes is a valid (empty) value.
+    let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    a.id = id;
+    set(&mut a.value);
+    a
+}
+
+fn cluster_attribute() -> sys::CUlaunchAttribute {
+    attribute(
+        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        |v| {
+            v.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                x: PARTS as u32,
+                y: 1,
+                z: 1,
+            }
+        },
+    )
+}
+
+/// `blocks` blocks of [`THREADS`] on the training stream; `attrs` must outlive its use.
+fn launch_config(
+    gpu: &Gpu,
+    blocks: u32,
+    smem: usize,
+    attrs: &mut [sys::CUlaunchAttribute],
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: THREADS as u32,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem as u32,
+        hStream: gpu.stream.cu_stream(),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
     }
 }
