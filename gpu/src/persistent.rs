@@ -16,16 +16,19 @@
 //!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
 //! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
 //!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
-//! - the two blocks of a slice exchange their shares through global memory (pair barrier),
-//!   add them (IEEE addition is commutative: both get the same sums) and apply the same SGD
-//!   update to their copies.
+//! - the two blocks of a slice exchange their shares (pair barrier), add them (IEEE addition
+//!   is commutative: both get the same sums) and apply the same SGD update to their copies.
+//!   On Hopper the pair is a thread-block cluster: the shares go straight into the partner's
+//!   shared memory and the pair barrier is the cluster's; elsewhere they go through global
+//!   memory and the barrier is a counter there.
 //!
 //! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
 //! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
 //! instead of preceding its forward. Within a block, warps 0-3 own the 16-row tiles of the batch
 //! through the forward, the partial logits, the softmax and dH, so those stay in registers as
 //! `mma` fragments (an accumulator fragment of one product is the A fragment of the next), while
-//! warps 4-7 fetch the next batch; all eight share dW1. W1's fp32 master values and momentum
+//! warps 4-7 fetch the next batch (`cp.async`, or on Hopper the copy engine's bulk copies);
+//! all eight share dW1. W1's fp32 master values and momentum
 //! live in registers for the whole launch. `docs/persistent.md` has the measurements.
 
 /// Hidden units per slice: one n = 8 `mma` tile.
@@ -269,140 +272,106 @@ mod kernel {
     ///   instead of a round trip through L2 and a barrier polled in global memory.
     const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx80"));
 
-    /// Initialises an `mbarrier` for one arrival per phase (the thread that announces the
-    /// bytes), visible to the copy engine.
-    #[inline(always)]
+    /// Hopper's instructions (sm_90, PTX ISA 8.0), called only where [`HOPPER`] holds.
     #[cfg_attr(
         not(all(target_feature = "sm_90", target_feature = "ptx80")),
         allow(dead_code)
     )]
-    fn mbar_init(bar: u32) {
-        unsafe {
-            asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", "fence.mbarrier_init.release.cluster;",
-                 b = in(reg32) bar, options(nostack));
-        }
-    }
+    mod hopper {
+        use core::arch::asm;
 
-    /// Arrives at `bar` announcing `bytes` to come: the phase completes once they have landed.
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn mbar_expect(bar: u32, bytes: u32) {
-        unsafe {
-            let _state: u64;
-            asm!("mbarrier.arrive.expect_tx.shared::cta.b64 {s}, [{b}], {n};",
-                 s = out(reg64) _state, b = in(reg32) bar, n = in(reg32) bytes, options(nostack));
-        }
-    }
-
-    /// Waits until the phase of `bar` with this parity has completed.
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn mbar_wait(bar: u32, parity: u32) {
-        loop {
-            let done: u32;
+        /// Initialises an `mbarrier` for one arrival per phase (the thread that announces the
+        /// bytes), visible to the copy engine.
+        #[inline(always)]
+        pub fn mbar_init(bar: u32) {
             unsafe {
-                asm!("{{ .reg .pred p;",
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
-                     "selp.u32 {d}, 1, 0, p; }}",
-                     d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", "fence.mbarrier_init.release.cluster;",
+                     b = in(reg32) bar, options(nostack));
+            }
+        }
+
+        /// Arrives at `bar` announcing `bytes` to come: the phase completes once they have landed.
+        #[inline(always)]
+        pub fn mbar_expect(bar: u32, bytes: u32) {
+            unsafe {
+                let _state: u64;
+                asm!("mbarrier.arrive.expect_tx.shared::cta.b64 {s}, [{b}], {n};",
+                     s = out(reg64) _state, b = in(reg32) bar, n = in(reg32) bytes, options(nostack));
+            }
+        }
+
+        /// Waits until the phase of `bar` with this parity has completed.
+        #[inline(always)]
+        pub fn mbar_wait(bar: u32, parity: u32) {
+            loop {
+                let done: u32;
+                unsafe {
+                    asm!("{{ .reg .pred p;",
+                         "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
+                         "selp.u32 {d}, 1, 0, p; }}",
+                         d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                         options(nostack));
+                }
+                if done != 0 {
+                    break;
+                }
+            }
+        }
+
+        /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
+        /// memory on the copy engine, counting them at `bar`.
+        #[inline(always)]
+        pub fn bulk_copy(dst: u32, src: *const u8, bytes: u32, bar: u32) {
+            unsafe {
+                asm!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
+                     d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar,
                      options(nostack));
             }
-            if done != 0 {
-                break;
+        }
+
+        /// This block's rank in its cluster (the part of the batch it owns).
+        #[inline(always)]
+        pub fn cluster_rank() -> u32 {
+            let r: u32;
+            unsafe {
+                asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack));
+            }
+            r
+        }
+
+        /// The address of the same shared-memory location in block `rank` of the cluster.
+        #[inline(always)]
+        pub fn peer_addr(addr: u32, rank: u32) -> u32 {
+            let a: u32;
+            unsafe {
+                asm!("mapa.shared::cluster.u32 {a}, {s}, {r};", a = out(reg32) a, s = in(reg32) addr,
+                     r = in(reg32) rank, options(nomem, nostack));
+            }
+            a
+        }
+
+        #[inline(always)]
+        pub fn st_peer_u32(addr: u32, v: u32) {
+            unsafe {
+                asm!("st.shared::cluster.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
+                     options(nostack));
+            }
+        }
+
+        /// Barrier of every thread of the cluster; what each wrote before it (to any block's
+        /// shared memory) is visible to all after it.
+        #[inline(always)]
+        pub fn cluster_sync() {
+            unsafe {
+                asm!(
+                    "barrier.cluster.arrive.release;",
+                    "barrier.cluster.wait.acquire;",
+                    options(nostack)
+                );
             }
         }
     }
-
-    /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
-    /// memory on the copy engine, counting them at `bar`.
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn bulk_copy(dst: u32, src: *const u8, bytes: u32, bar: u32) {
-        unsafe {
-            asm!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-                 d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar,
-                 options(nostack));
-        }
-    }
-
-    /// This block's rank in its cluster (the part of the batch it owns).
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn cluster_rank() -> u32 {
-        let r: u32;
-        unsafe {
-            asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack));
-        }
-        r
-    }
-
-    /// The address of the same shared-memory location in block `rank` of the cluster.
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn peer_addr(addr: u32, rank: u32) -> u32 {
-        let a: u32;
-        unsafe {
-            asm!("mapa.shared::cluster.u32 {a}, {s}, {r};", a = out(reg32) a, s = in(reg32) addr,
-                 r = in(reg32) rank, options(nomem, nostack));
-        }
-        a
-    }
-
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn st_peer_u32(addr: u32, v: u32) {
-        unsafe {
-            asm!("st.shared::cluster.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
-                 options(nostack));
-        }
-    }
-
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn st_peer_u16(addr: u32, v: u16) {
-        unsafe {
-            asm!("st.shared::cluster.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v,
-                 options(nostack));
-        }
-    }
-
-    /// Barrier of every thread of the cluster; what each wrote before it (to any block's
-    /// shared memory) is visible to all after it.
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn cluster_sync() {
-        unsafe {
-            asm!(
-                "barrier.cluster.arrive.release;",
-                "barrier.cluster.wait.acquire;",
-                options(nostack)
-            );
-        }
-    }
+    use hopper::*;
 
     #[inline(always)]
     fn red_add_i64(p: *mut i64, v: i64) {
@@ -459,20 +428,6 @@ mod kernel {
             asm!("st.shared.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
                  options(nostack));
         }
-    }
-
-    #[inline(always)]
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
-        allow(dead_code)
-    )]
-    fn lds_u16(addr: u32) -> u16 {
-        let v: u16;
-        unsafe {
-            asm!("ld.shared.u16 {v}, [{a}];", v = out(reg16) v, a = in(reg32) addr,
-                 options(readonly, nostack));
-        }
-        v
     }
 
     #[inline(always)]
@@ -719,10 +674,9 @@ mod kernel {
         // label, and the buffer's mbarrier.
         let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
         let row_bytes = dim * 2;
-        let bulk_row = |buf: usize, s: usize, label: u32| {
+        let bulk_row = |buf: usize, s: usize| {
             let dst = s0 + (lay.x + (buf * rows + lt) * lay.stride) as u32;
             let from = unsafe { x.add(s * dim as usize) } as *const u8;
-            unsafe { *labels.add(buf * rows + lt) = label };
             bulk_copy(dst, from, row_bytes, mbar(buf));
         };
         let batch_bytes = mine as u32 * row_bytes;
@@ -736,7 +690,8 @@ mod kernel {
             loaders_sync();
             if lt < mine {
                 let s = source(step0) as usize;
-                bulk_row(0, s, unsafe { *y.add(s) } as u32);
+                bulk_row(0, s);
+                unsafe { *labels.add(lt) = *y.add(s) as u32 };
             }
         } else if loader {
             if lt < mine {
@@ -767,8 +722,44 @@ mod kernel {
             let sx = opaque(s0 + (lay.x + cur * rows * lay.stride) as u32);
             let (my_xch, partner_xch) = (opaque_ptr(my_xch), opaque_ptr(partner_xch));
 
+            // The loader warps fetch the next batch into the other buffer (last read by the
+            // previous step's dW1): on Hopper before the forward (the bulk copies take one
+            // instruction per row), else during it. Its labels are stored at the end of the
+            // step, so their loads' latency overlaps it.
+            let fetch_next = || {
+                let mut next_label = 0u32;
+                if loader && k + 1 < steps {
+                    let s = if lt < mine {
+                        source(step + 1) as usize
+                    } else {
+                        0
+                    };
+                    if HOPPER {
+                        // One thread announces the batch's bytes before any copy can land.
+                        if lt == 0 {
+                            mbar_expect(mbar(1 - cur), batch_bytes);
+                        }
+                        loaders_sync();
+                        if lt < mine {
+                            bulk_row(1 - cur, s);
+                        }
+                    }
+                    if lt < mine {
+                        next_label = unsafe { *y.add(s) } as u32;
+                    }
+                    if !HOPPER {
+                        loaders_sync();
+                        load_batch(1 - cur);
+                    }
+                }
+                next_label
+            };
+            let next_label = if HOPPER { fetch_next() } else { 0 };
+
             // Forward (warps 0-3): H = relu(X·W1[s]ᵀ + b1[s]) for the warp's tile, kept as an
             // accumulator fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
+            // (Splitting K with the loader warps, once their bulk copies are issued, made the
+            // forward slower on Hopper: 5,600 cycles against 4,500.)
             let mut hf = [0.0f32; 4];
             if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
@@ -781,9 +772,9 @@ mod kernel {
                         [lds_u32(b0 + off), lds_u32(b0 + off + 16)],
                     )
                 };
-                let mut acc = [A::ZERO; CHAINS];
                 // Groups of CHAINS k-steps, the next group's fragments loaded before this
                 // group's mma are issued.
+                let mut acc = [A::ZERO; CHAINS];
                 let groups = ktiles / CHAINS;
                 let mut next: [([u32; 4], [u32; 2]); CHAINS] = [([0; 4], [0; 2]); CHAINS];
                 if groups > 0 {
@@ -853,30 +844,7 @@ mod kernel {
                     }
                 }
             }
-            // Meanwhile the loader warps fetch the next batch into the other buffer (last read
-            // by the previous step's dW1); with `cp.async`, its labels are stored at the end of
-            // the step.
-            let mut next_label = 0u32;
-            if loader && k + 1 < steps {
-                let mut s = 0;
-                if lt < mine {
-                    s = source(step + 1) as usize;
-                    next_label = unsafe { *y.add(s) } as u32;
-                }
-                if HOPPER {
-                    // One thread announces the batch's bytes before any copy can land.
-                    if lt == 0 {
-                        mbar_expect(mbar(1 - cur), batch_bytes);
-                    }
-                    loaders_sync();
-                    if lt < mine {
-                        bulk_row(1 - cur, s, next_label);
-                    }
-                } else {
-                    loaders_sync();
-                    load_batch(1 - cur);
-                }
-            }
+            let next_label = if HOPPER { next_label } else { fetch_next() };
             // The tile warps meet the grid at the barrier and take the softmax; the loader
             // warps join at the block barrier after it, once their copies are issued.
             let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
@@ -1074,29 +1042,27 @@ mod kernel {
                     }
                 }
             }
-            // dW1 as fp16 (the layered path keeps weight gradients in fp16 too). On Hopper each
-            // element goes where the partner keeps the same element of its fp16 W1: that copy
-            // is free from its forward (before the grid barrier) until its update, where the
-            // thread that reads the share then writes the new weight.
-            let xch_w1 = |i: usize, p: usize| ((w * TILES_PER_WARP + i) * 2 + p) * 32 + l;
-            if HOPPER {
-                for i in 0..TILES_PER_WARP {
-                    let mt = w + WARPS * i;
-                    if mt < ktiles {
-                        for e in 0..4 {
-                            let (r, c) = mma_c(l, e);
-                            st_peer_u16(peer_addr(w1_shared(mt, r, c), peer), f2h(acc[i].get(e)));
+            // dW1 as fp16 pairs (the layered path keeps weight gradients in fp16 too), word
+            // `[tile][pair][lane]`: each warp writes 128 contiguous bytes. On Hopper they go
+            // into the partner's fp16 W1 copy, which is free from its forward (before the grid
+            // barrier) until its update (16·dim bytes of shares, 16·dim or more of W1).
+            let xch_w1 = |mt: usize, p: usize| (mt * 2 + p) * 32 + l;
+            for i in 0..TILES_PER_WARP {
+                let mt = w + WARPS * i;
+                if mt < ktiles {
+                    for p in 0..2 {
+                        let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
+                        if HOPPER {
+                            st_peer_u32(peer_addr(sw1 + 4 * xch_w1(mt, p) as u32, peer), pair);
+                        } else {
+                            unsafe { *my_xch.add(xch_w1(mt, p)) = pair };
                         }
                     }
                 }
+            }
+            if HOPPER {
                 cluster_sync();
             } else {
-                for i in 0..TILES_PER_WARP {
-                    for p in 0..2 {
-                        let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
-                        unsafe { *my_xch.add(xch_w1(i, p)) = pair };
-                    }
-                }
                 barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
             }
 
@@ -1112,12 +1078,21 @@ mod kernel {
                 })
             };
             let mut tw1 = [[0u32; 2]; TILES_PER_WARP];
-            if !HOPPER {
-                for i in 0..TILES_PER_WARP {
+            for i in 0..TILES_PER_WARP {
+                let mt = w + WARPS * i;
+                if mt < ktiles {
                     for p in 0..2 {
-                        tw1[i][p] = theirs(xch_w1(i, p));
+                        tw1[i][p] = if HOPPER {
+                            lds_u32(sw1 + 4 * xch_w1(mt, p) as u32)
+                        } else {
+                            theirs(xch_w1(mt, p))
+                        };
                     }
                 }
+            }
+            // On Hopper the new weights overwrite the shares just read.
+            if HOPPER {
+                sync_threads();
             }
             let (mut tdw, mut tdb, mut tdb1) = ([0.0f32; 4], [0.0f32; 4], 0.0);
             if w == WARPS - 1 {
@@ -1135,12 +1110,8 @@ mod kernel {
                     for e in 0..4 {
                         let (r, c) = mma_c(l, e);
                         // Both sides add the same fp16-rounded shares.
-                        let half = if HOPPER {
-                            lds_u16(w1_shared(mt, r, c))
-                        } else {
-                            (tw1[i][e / 2] >> (16 * (e % 2))) as u16
-                        };
-                        let g = round_h(acc[i].get(e)) + h2f(half);
+                        let half = tw1[i][e / 2] >> (16 * (e % 2));
+                        let g = round_h(acc[i].get(e)) + h2f(half as u16);
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(w1_shared(mt, r, c), f2h(nw));
                     }
@@ -1177,7 +1148,7 @@ mod kernel {
                     }
                 }
             }
-            if loader && !HOPPER && k + 1 < steps && lt < mine {
+            if loader && k + 1 < steps && lt < mine {
                 unsafe { *labels.add((1 - cur) * rows + lt) = next_label };
             }
             sync_threads();

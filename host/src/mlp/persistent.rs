@@ -8,8 +8,8 @@ use cudarc::driver::CudaFunction;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS,
-    clustered, logits_slot,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS, clustered,
+    logits_slot,
 };
 use std::ffi::c_void;
 
