@@ -647,6 +647,12 @@ mod kernel {
         }
         zero(lay.h + mine * UNITS * 2, lay.h + rows32 * UNITS * 2);
         zero(lay.dh + mine * UNITS * 2, lay.dh + rows32 * UNITS * 2);
+        // The partner writes into this block's shared memory only after a grid barrier, by
+        // which this block has long started; the cluster barrier says so where a checker can
+        // see it (compute-sanitizer cannot follow a barrier polled in global memory).
+        if HOPPER {
+            cluster_sync();
+        }
 
         // Batches (loader warps): each row's source example, then the copy into buffer `buf`.
         let source = |step: u32| -> u32 {

@@ -403,6 +403,43 @@ pub fn launch_bias_act(gpu: &Gpu, p: &Problem, c: u64, bias: u64) -> Result<()> 
     Ok(())
 }
 
+/// The roof kernels this GPU's PTX has: (name, instruction K, accumulator).
+pub fn roof_kernels(gpu: &Gpu) -> Vec<(String, usize, Accum)> {
+    let mut v = Vec::new();
+    for (k, min_sm) in [(8, 75), (16, 80)] {
+        for acc in [Accum::F16, Accum::F32] {
+            if gpu.ptx.sm >= min_sm {
+                v.push((format!("mma_roof_k{k}_{}", acc.suffix()), k, acc));
+            }
+        }
+    }
+    v
+}
+
+/// Runs roof kernel `name` (see `gpu/src/gemm/roof.rs`): `blocks` × `threads` threads, each warp
+/// `iters` rounds of `ROOF_CHAINS` products of operands whose every fp16 element is `a`; each
+/// thread writes one sum to `out`.
+pub fn launch_roof(
+    gpu: &Gpu,
+    name: &str,
+    (blocks, threads): (u32, u32),
+    a: f16,
+    iters: u32,
+    out: u64,
+) -> Result<()> {
+    let f = gpu.function(name)?;
+    let pair = (a.to_bits() as u32) * 0x1_0001;
+    let mut b = gpu.stream.launch_builder(&f);
+    b.arg(&out).arg(&pair).arg(&iters);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
 /// cuBLAS on the GPU's stream, computing the same row-major problem (alpha and beta only:
 /// bias and ReLU are what [`launch_bias_act`] adds).
 pub struct Cublas {

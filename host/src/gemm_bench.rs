@@ -2,7 +2,7 @@
 use crate::cuda::{Gpu, dptr};
 use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
 use anyhow::{Result, ensure};
-use gpu::gemm::{Accum, Layout};
+use gpu::gemm::{Accum, Layout, ROOF_CHAINS};
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::io::Write;
@@ -59,6 +59,38 @@ fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Resu
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Operand of the roof kernels: 2^-4, so every product and sum stays a normal fp16 number
+/// (a chain reaches 2^-8 · 16 · 1024 = 64).
+const ROOF_OPERAND: f16 = f16::from_bits(0x2c00);
+
+/// The roof: `mma.sync` throughput with operands in registers, per instruction shape and
+/// accumulator; what no `mma.sync` GEMM on this GPU can exceed. Prints one line each and
+/// returns (kernel, TFLOP/s).
+pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<Vec<(String, f64)>> {
+    // Four blocks of 256 threads per SM (all resident: ~50 registers a thread): 8 warps per
+    // scheduler, each with ROOF_CHAINS independent accumulators.
+    let (blocks, threads, iters) = (gpu.sm_count()? * 4, 256u32, 1024u32);
+    let sums = gpu.zeros::<f32>((blocks * threads) as usize)?;
+    let ptr = dptr(&sums, &gpu.stream);
+    let mut rows = Vec::new();
+    for (name, k, acc) in gemm::roof_kernels(gpu) {
+        let ms = time_ms(gpu, 200.0, || {
+            gemm::launch_roof(gpu, &name, (blocks, threads), ROOF_OPERAND, iters, ptr)
+        })?;
+        let flops = (blocks * threads / 32) as f64
+            * (iters as usize * ROOF_CHAINS) as f64
+            * (2 * 16 * 8 * k) as f64;
+        let tflops = flops / (ms * 1e-3) / 1e12;
+        writeln!(
+            out,
+            "roof: mma.sync m16n8k{k}, {} accumulators, operands in registers: {tflops:.1} TFLOP/s",
+            acc.suffix()
+        )?;
+        rows.push((name, tflops));
+    }
+    Ok(rows)
 }
 
 /// Runs the table. `versions` empty means every version the GPU runs; SIMT versions skip

@@ -249,6 +249,7 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
         gpu.name()?,
         gpu.ptx.arch
     );
+    gemm_bench::roof(gpu, &mut std::io::stdout())?;
     let rows = gemm_bench::run(gpu, &versions, &shapes, a.simt_max, &mut std::io::stdout())?;
     if let Some(path) = &a.csv {
         gemm_bench::write_csv(path, &rows, &gpu.name()?)?;

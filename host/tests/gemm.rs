@@ -183,3 +183,31 @@ fn bad_configs_are_errors() {
     let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();
     assert!(e.to_string().contains("shared memory"), "{e}");
 }
+
+/// The roof kernels do every product `host gemm` counts for them: with all operands 1, each
+/// lane's sum over its chains is exactly chains × rounds × K (integers this small are exact
+/// in fp16), against the count computed here.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn roof_kernels_count_every_product() {
+    let g = Gpu::new(0).unwrap();
+    let (blocks, threads, iters) = (3u32, 96u32, 7u32);
+    let sums = g.zeros::<f32>((blocks * threads) as usize).unwrap();
+    let kernels = gemm::roof_kernels(&g);
+    assert!(!kernels.is_empty());
+    for (name, k, _) in kernels {
+        gemm::launch_roof(
+            &g,
+            &name,
+            (blocks, threads),
+            f16::ONE,
+            iters,
+            dptr(&sums, &g.stream),
+        )
+        .unwrap();
+        let want = (gpu::gemm::ROOF_CHAINS * iters as usize * k) as f32;
+        for (i, got) in g.download(&sums).unwrap().into_iter().enumerate() {
+            assert_eq!(got, want, "{name}, thread {i}");
+        }
+    }
+}

@@ -9,6 +9,8 @@
 //! entries (one per output column, as `nn.Linear` has), or is null.
 
 #[cfg(target_arch = "nvptx64")]
+mod roof;
+#[cfg(target_arch = "nvptx64")]
 mod simt;
 #[cfg(target_arch = "nvptx64")]
 pub use simt::epilogue;
@@ -16,6 +18,10 @@ pub use simt::epilogue;
 mod tensor;
 #[cfg(target_arch = "nvptx64")]
 pub(crate) use tensor::Acc;
+
+/// Independent accumulators per warp in the `mma_roof_*` kernels (`roof.rs`): enough that
+/// the tensor cores never wait on one chain's latency.
+pub const ROOF_CHAINS: usize = 8;
 
 /// Operand layouts an MLP needs: `Y = X·Wᵀ` (NT), `dX = dY·W` (NN), `dW = dYᵀ·X` (TN).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
