@@ -146,9 +146,9 @@ pub const fn logits_slot(batch: usize, classes: usize) -> usize {
 pub const LOGIT_SLOTS: usize = 3;
 
 /// Words a block leaves for its partner each step, in fragment order (so both the writes and
-/// the reads are coalesced): its share of dW1 as fp16 pairs (`[warp][tile][pair][lane]`; the
+/// the reads are coalesced): its share of dW1 as fp16 pairs (`[tile][pair][lane]`; the
 /// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
-/// (`[element][lane]` each) and of db1.
+/// (`[element][lane]` each) and of db1. (On Hopper they go to the partner's shared memory.)
 pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + SMALL_SHARES;
 /// Words of the shares of dW2 and db2 (one `mma` fragment each) and of db1.
 pub const SMALL_SHARES: usize = 2 * 4 * 32 + UNITS;
@@ -264,9 +264,9 @@ mod kernel {
     /// Hopper builds (sm_90, PTX 8.0) use two of its features:
     /// - bulk copies (`cp.async.bulk`: the copy engine moves whole rows and reports their bytes
     ///   at the buffer's `mbarrier`) fetch the next batch, so the loader warps issue one
-    ///   instruction per row instead of stalling on 16-byte `cp.async` pieces. Both are issued
-    ///   at the start of the forward, which has no other global traffic: issued right after
-    ///   dW1 instead, the copies delayed the exchange and made the step slower;
+    ///   instruction per row instead of stalling on 16-byte `cp.async` pieces. They are issued
+    ///   as the forward starts, when no other global traffic is in flight: issued right after
+    ///   dW1 instead, they delayed the exchange and made the step slower;
     /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
     ///   into its partner's shared memory and they meet at the cluster's hardware barrier,
     ///   instead of a round trip through L2 and a barrier polled in global memory.
@@ -676,8 +676,8 @@ mod kernel {
             }
             cp_async_commit();
         };
-        // Bulk copies: the row of the batch a loader thread fetches into buffer `buf`, with its
-        // label, and the buffer's mbarrier.
+        // Bulk copies (Hopper): a buffer's mbarrier, and the copy of the row of the batch a
+        // loader thread fetches into it.
         let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
         let row_bytes = dim * 2;
         let bulk_row = |buf: usize, s: usize| {
@@ -778,9 +778,9 @@ mod kernel {
                         [lds_u32(b0 + off), lds_u32(b0 + off + 16)],
                     )
                 };
+                let mut acc = [A::ZERO; CHAINS];
                 // Groups of CHAINS k-steps, the next group's fragments loaded before this
                 // group's mma are issued.
-                let mut acc = [A::ZERO; CHAINS];
                 let groups = ktiles / CHAINS;
                 let mut next: [([u32; 4], [u32; 2]); CHAINS] = [([0; 4], [0; 2]); CHAINS];
                 if groups > 0 {
