@@ -138,10 +138,30 @@ impl Tile {
         }
     }
 
-    /// Issues `cp.async` for this thread's chunks of the tile at (r0, c0) into `dst`.
+    /// Whether the whole tile at (r0, c0) lies inside the matrix and every chunk can move as
+    /// one aligned 16-byte access: then no chunk needs a bounds check.
+    #[inline(always)]
+    fn inside(&self, r0: u32, c0: u32) -> bool {
+        self.vector
+            && r0 + self.tile_rows as u32 <= self.rows
+            && c0 + self.row_len as u32 <= self.cols
+    }
+
+    /// Issues `cp.async` for this thread's chunks of the tile at (r0, c0) into `dst`. Tiles
+    /// inside the matrix (all of them, away from the edges) take a path without per-chunk
+    /// bounds checks: with them, the copies took about as many instructions as the `mma`s.
     #[inline(always)]
     fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
         let mut id = thread_x() as usize;
+        if self.inside(r0, c0) {
+            while id < self.chunks() {
+                let (gr, gc, off) = self.chunk(id, r0, c0);
+                let src = unsafe { self.src.add((gr * self.ld + gc) as usize) } as *const u8;
+                cp_async_16(dst + off, src, 16);
+                id += threads;
+            }
+            return;
+        }
         while id < self.chunks() {
             let (gr, gc, off) = self.chunk(id, r0, c0);
             if self.whole(gr, gc) {
@@ -161,9 +181,14 @@ impl Tile {
 #[inline(always)]
 fn load_regs<const N: usize>(t: &Tile, r0: u32, c0: u32, threads: usize) -> [[u32; 4]; N] {
     let mut regs = [[0; 4]; N];
+    let inside = t.inside(r0, c0);
     for (i, r) in regs.iter_mut().enumerate() {
         let (gr, gc, _) = t.chunk(thread_x() as usize + i * threads, r0, c0);
-        *r = t.load_chunk(gr, gc);
+        *r = if inside {
+            ld_global_v4(unsafe { t.src.add((gr * t.ld + gc) as usize) } as *const u8)
+        } else {
+            t.load_chunk(gr, gc)
+        };
     }
     regs
 }
