@@ -120,7 +120,6 @@ macro_rules! tile_configs {
         $then! {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
             (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 8, 2, 75),
-            (tc75_128x128x64_64x32, 128, 128, 64, 64, 32, 8, 2, 75),
             (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 8, 2, 75),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
             (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 3, 80),
