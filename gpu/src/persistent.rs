@@ -249,13 +249,14 @@ mod kernel {
         sync();
     }
 
-    /// Barrier of the four loader warps only (named barrier 1).
+    /// Barrier of the four loader warps only (named barrier 1; the sm_80 path only: the
+    /// Hopper path uses no named barrier).
     #[inline(always)]
     fn loaders_sync() {
         unsafe { asm!("bar.sync 1, 128;", options(nostack)) };
     }
 
-    /// Barrier of the four tile warps only (named barrier 2).
+    /// Barrier of the four tile warps only (named barrier 2; the sm_80 path only).
     #[inline(always)]
     fn tiles_sync() {
         unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
@@ -986,9 +987,11 @@ mod kernel {
             }
             sync_threads();
 
-            // The block's shares of the gradients, into its exchange area: loss and correct
-            // count (slice 0 only, into the step's slot), db1, dW2 and db2 (last warp: it has
-            // one dW1 tile fewer than warp 0), dW1 (every warp, its input tiles w, w+8, …).
+            // The step's loss and correct count (slice 0 only, into the step's slot), then the
+            // block's shares of the gradients for its partner (into its exchange area in global
+            // memory, or on Hopper into the partner's shared memory): db1, dW2 and db2 (last
+            // warp: it has one dW1 tile fewer than warp 0), dW1 (every warp, its input tiles w,
+            // w+8, …).
             if slice == 0 && tid == 0 {
                 let (mut ls, mut cs) = (0.0, 0.0);
                 for i in 0..WARPS {

@@ -66,15 +66,13 @@ fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Resu
 const ROOF_OPERAND: f16 = f16::from_bits(0x2c00);
 
 /// The roof: `mma.sync` throughput with operands in registers, per instruction shape and
-/// accumulator; what no `mma.sync` GEMM on this GPU can exceed. Prints one line each and
-/// returns (kernel, TFLOP/s).
-pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<Vec<(String, f64)>> {
+/// accumulator; what no `mma.sync` GEMM on this GPU can exceed. Prints one line each.
+pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<()> {
     // Four blocks of 256 threads per SM (all resident: ~50 registers a thread): 8 warps per
     // scheduler, each with ROOF_CHAINS independent accumulators.
     let (blocks, threads, iters) = (gpu.sm_count()? * 4, 256u32, 1024u32);
     let sums = gpu.zeros::<f32>((blocks * threads) as usize)?;
     let ptr = dptr(&sums, &gpu.stream);
-    let mut rows = Vec::new();
     for (name, k, acc) in gemm::roof_kernels(gpu) {
         let ms = time_ms(gpu, 200.0, || {
             gemm::launch_roof(gpu, &name, (blocks, threads), ROOF_OPERAND, iters, ptr)
@@ -88,9 +86,8 @@ pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<Vec<(String, f64)>> {
             "roof: mma.sync m16n8k{k}, {} accumulators, operands in registers: {tflops:.1} TFLOP/s",
             acc.suffix()
         )?;
-        rows.push((name, tflops));
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// Runs the table. `versions` empty means every version the GPU runs; SIMT versions skip
