@@ -57,6 +57,46 @@ pub const fn clustered(sm: u32) -> bool {
     sm >= 90
 }
 
+/// The kernel's parameters, passed by value as one `.param` block: `#[repr(C)]` gives the
+/// host and the device the same layout, so the parameter list is written once. Device
+/// addresses are `u64`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TrainArgs {
+    /// Training set: fp16 features `[n][dim]`, u8 labels `[n]`.
+    pub x: u64,
+    pub y: u64,
+    /// Every parameter: fp32 master values, their fp16 copy, SGD momentum.
+    pub w32: u64,
+    pub w16: u64,
+    pub vel: u64,
+    /// Each step's mean loss and correct count, added at `[step]` (zeroed by the host).
+    pub loss: u64,
+    pub correct: u64,
+    /// Fixed-point logit sums ([`LOGIT_SLOTS`] slots), the blocks' [`EXCHANGE`] areas and the
+    /// barrier counters (grid, then one per slice; zeroed by the host before each launch).
+    pub logits: u64,
+    pub exchange: u64,
+    pub counters: u64,
+    /// Examples in the training set, layer widths, batch rows.
+    pub n: u32,
+    pub dim: u32,
+    pub hidden: u32,
+    pub classes: u32,
+    pub batch: u32,
+    /// Offsets of W1, b1, W2, b2 in the parameter buffers.
+    pub o_w1: u32,
+    pub o_b1: u32,
+    pub o_w2: u32,
+    pub o_b2: u32,
+    pub lr: f32,
+    pub momentum: f32,
+    /// This launch runs steps `step0..step0 + steps` of the epoch whose shuffle `seed` keys.
+    pub step0: u32,
+    pub steps: u32,
+    pub seed: u32,
+}
+
 /// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
 /// sizes the launch with it, the kernel finds its buffers with it.
 #[derive(Clone, Copy, Debug)]
@@ -490,33 +530,33 @@ mod kernel {
     }
 
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn train<A: Acc>(
-        x: *const u16,
-        y: *const u8,
-        n: u32,
-        dim: u32,
-        hidden: u32,
-        classes: u32,
-        batch: u32,
-        w32: *mut f32,
-        w16: *mut u16,
-        vel: *mut f32,
-        o_w1: u32,
-        o_b1: u32,
-        o_w2: u32,
-        o_b2: u32,
-        lr: f32,
-        momentum: f32,
-        loss: *mut f32,
-        correct: *mut f32,
-        step0: u32,
-        steps: u32,
-        seed: u32,
-        logits: *mut i64,
-        exchange: *mut u32,
-        counters: *mut u32,
-    ) {
+    unsafe fn train<A: Acc>(args: TrainArgs) {
+        let TrainArgs {
+            n,
+            dim,
+            hidden,
+            classes,
+            batch,
+            o_w1,
+            o_b1,
+            o_w2,
+            o_b2,
+            lr,
+            momentum,
+            step0,
+            steps,
+            seed,
+            ..
+        } = args;
+        let (x, y) = (args.x as *const u16, args.y as *const u8);
+        let (w32, w16, vel) = (
+            args.w32 as *mut f32,
+            args.w16 as *mut u16,
+            args.vel as *mut f32,
+        );
+        let (loss, correct) = (args.loss as *mut f32, args.correct as *mut f32);
+        let logits = args.logits as *mut i64;
+        let (exchange, counters) = (args.exchange as *mut u32, args.counters as *mut u32);
         let lay = Smem::new(batch as usize, dim as usize);
         let base = dynamic_shared::<u8>();
         let s0 = shared_addr(base);
@@ -1208,40 +1248,8 @@ mod kernel {
         ($name:literal, $acc:ty) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
-                #[allow(clippy::too_many_arguments)]
-                unsafe extern "ptx-kernel" fn kernel(
-                    x: *const u16,
-                    y: *const u8,
-                    n: u32,
-                    dim: u32,
-                    hidden: u32,
-                    classes: u32,
-                    batch: u32,
-                    w32: *mut f32,
-                    w16: *mut u16,
-                    vel: *mut f32,
-                    o_w1: u32,
-                    o_b1: u32,
-                    o_w2: u32,
-                    o_b2: u32,
-                    lr: f32,
-                    momentum: f32,
-                    loss: *mut f32,
-                    correct: *mut f32,
-                    step0: u32,
-                    steps: u32,
-                    seed: u32,
-                    logits: *mut i64,
-                    exchange: *mut u32,
-                    counters: *mut u32,
-                ) {
-                    unsafe {
-                        train::<$acc>(
-                            x, y, n, dim, hidden, classes, batch, w32, w16, vel, o_w1, o_b1, o_w2,
-                            o_b2, lr, momentum, loss, correct, step0, steps, seed, logits,
-                            exchange, counters,
-                        )
-                    }
+                unsafe extern "ptx-kernel" fn kernel(args: TrainArgs) {
+                    unsafe { train::<$acc>(args) }
                 }
             };
         };

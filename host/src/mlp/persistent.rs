@@ -8,8 +8,8 @@ use cudarc::driver::CudaFunction;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS, clustered,
-    logits_slot,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
+    clustered, logits_slot,
 };
 use std::ffi::c_void;
 
@@ -145,35 +145,33 @@ impl Persistent {
             gpu.zero_raw(p + 4 * step0 as u64, 4 * steps)?;
         }
         let (offs, _) = param_layout(&model.sizes);
-        let [dim, hidden, classes] = [0, 1, 2].map(|i| model.sizes[i] as u32);
-        let o = [offs[0].0, offs[0].1, offs[1].0, offs[1].1].map(|v| v as u32);
-        let (n, step0, steps) = (n as u32, step0 as u32, steps as u32);
-        let mut args = [
-            arg(&x),
-            arg(&y),
-            arg(&n),
-            arg(&dim),
-            arg(&hidden),
-            arg(&classes),
-            arg(&self.batch),
-            arg(&model.w32.ptr),
-            arg(&model.w16.ptr),
-            arg(&model.vel.ptr),
-            arg(&o[0]),
-            arg(&o[1]),
-            arg(&o[2]),
-            arg(&o[3]),
-            arg(&lr),
-            arg(&momentum),
-            arg(&loss),
-            arg(&correct),
-            arg(&step0),
-            arg(&steps),
-            arg(&seed),
-            arg(&self.logits.ptr),
-            arg(&self.exchange.ptr),
-            arg(&self.counters.ptr),
-        ];
+        let size = |i: usize| model.sizes[i] as u32;
+        let args = TrainArgs {
+            x,
+            y,
+            w32: model.w32.ptr,
+            w16: model.w16.ptr,
+            vel: model.vel.ptr,
+            loss,
+            correct,
+            logits: self.logits.ptr,
+            exchange: self.exchange.ptr,
+            counters: self.counters.ptr,
+            n: n as u32,
+            dim: size(0),
+            hidden: size(1),
+            classes: size(2),
+            batch: self.batch,
+            o_w1: offs[0].0 as u32,
+            o_b1: offs[0].1 as u32,
+            o_w2: offs[1].0 as u32,
+            o_b2: offs[1].1 as u32,
+            lr,
+            momentum,
+            step0: step0 as u32,
+            steps: steps as u32,
+            seed,
+        };
         // Cooperative: the driver refuses the launch unless every block can be resident at
         // once, which the grid barrier needs. On Hopper the two blocks of each slice are also
         // a cluster, which shares their shared memory.
@@ -186,14 +184,14 @@ impl Persistent {
         }
         let config = launch_config(gpu, self.blocks, self.smem.bytes, &mut attrs);
         gpu.ctx.bind_to_thread()?;
-        // SAFETY: `args` holds one pointer per kernel parameter, in order and of the kernel's
-        // types (`train` in gpu/src/persistent.rs); every buffer lives as long as `self` and
-        // `model`, which outlive the stream's work (the training loop synchronises first).
+        // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
+        // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
+        // training loop synchronises first).
         unsafe {
             sys::cuLaunchKernelEx(
                 &config,
                 self.f.cu_function(),
-                args.as_mut_ptr(),
+                [arg(&args)].as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         }
@@ -253,5 +251,40 @@ fn launch_config(
         hStream: gpu.stream.cu_stream(),
         attrs: attrs.as_mut_ptr(),
         numAttrs: attrs.len() as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each embedded persistent kernel takes exactly one parameter, a block of
+    /// `size_of::<TrainArgs>()` bytes aligned as the struct: host and kernel agree on the ABI.
+    #[test]
+    fn kernel_parameter_is_train_args() {
+        let ptxs: Vec<_> = crate::ptx::EMBEDDED.iter().filter(|p| p.sm >= 80).collect();
+        assert!(!ptxs.is_empty(), "no sm_80+ PTX embedded");
+        for p in ptxs {
+            for acc in ["f16", "f32"] {
+                let name = format!("mlp1_persistent_{acc}");
+                let entry = format!(".entry {name}(");
+                let at = p
+                    .source
+                    .find(&entry)
+                    .unwrap_or_else(|| panic!("{name} in {}", p.arch));
+                let params = &p.source[at + entry.len()..];
+                let params = params[..params.find(')').unwrap()].trim();
+                assert_eq!(
+                    params,
+                    format!(
+                        ".param .align {} .b8 {name}_param_0[{}]",
+                        std::mem::align_of::<TrainArgs>(),
+                        std::mem::size_of::<TrainArgs>()
+                    ),
+                    "{}",
+                    p.arch
+                );
+            }
+        }
     }
 }
