@@ -6,6 +6,17 @@ use core::arch::nvptx;
 /// Threads in a warp.
 pub const WARP: u32 = 32;
 
+/// `x`, hidden from the optimiser, so that what is derived from it is computed where it is
+/// used instead of being hoisted out of a loop into registers held for the whole kernel.
+#[inline(always)]
+pub fn opaque(x: u32) -> u32 {
+    let o: u32;
+    unsafe {
+        asm!("mov.b32 {o}, {x};", o = out(reg32) o, x = in(reg32) x, options(nomem, nostack))
+    };
+    o
+}
+
 #[inline(always)]
 pub fn thread_x() -> u32 {
     unsafe { nvptx::_thread_idx_x() }

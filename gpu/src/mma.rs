@@ -89,6 +89,15 @@ pub fn cp_async_16(dst: u32, src: *const u8, src_bytes: u32) {
     }
 }
 
+/// [`cp_async_16`] of a whole chunk: no source size operand.
+#[inline(always)]
+pub fn cp_async_16_whole(dst: u32, src: *const u8) {
+    unsafe {
+        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;",
+             d = in(reg32) dst, s = in(reg64) src, options(nostack));
+    }
+}
+
 /// Closes the group of `cp.async` issued so far by this thread.
 #[inline(always)]
 pub fn cp_async_commit() {

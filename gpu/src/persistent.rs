@@ -478,18 +478,7 @@ mod kernel {
         }
     }
 
-    /// `x`, hidden from the optimiser, so what is derived from it stays where it is computed
-    /// (see the step loop).
-    #[inline(always)]
-    fn opaque(x: u32) -> u32 {
-        let o: u32;
-        unsafe {
-            asm!("mov.b32 {o}, {x};", o = out(reg32) o, x = in(reg32) x, options(nomem, nostack))
-        };
-        o
-    }
-
-    /// [`opaque`] for a pointer (passed as its address: the asm only copies it).
+    /// [`opaque`](crate::device::opaque) for a pointer (passed as its address: the asm only copies it).
     #[inline(always)]
     fn opaque_ptr(p: *mut u32) -> *mut u32 {
         let o: u64;

@@ -169,8 +169,9 @@ struct GemmArgs {
     /// Accumulator for config names given without a suffix.
     #[arg(long, default_value = "f16", value_parser = parse_accum)]
     accum: Accum,
-    /// Problem sizes as MxNxK (comma-separated; NN layout). Default: squares 256…8192 and the
-    /// MNIST MLP shapes.
+    /// Problem sizes as MxNxK (comma-separated; NN layout) or names of default shapes
+    /// (square256 … square8192; mlp128.fwd1, .fwd2, .dx2, .dw1; the same for mlp4096).
+    /// Default: all the default shapes.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<String>,
     /// Largest dimension the SIMT versions run at.
@@ -190,14 +191,21 @@ fn parse_accum(s: &str) -> Result<Accum, String> {
 }
 
 fn parse_size(s: &str) -> Result<(String, usize, usize, usize, Layout, bool)> {
+    if let Some(shape) = gemm_bench::default_shapes().into_iter().find(|d| d.0 == s) {
+        return Ok(shape);
+    }
     let d: Vec<usize> = s
         .split('x')
         .map(|x| x.trim().parse())
         .collect::<Result<_, _>>()
-        .map_err(|_| anyhow::anyhow!("size {s:?} is not MxNxK"))?;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "size {s:?} is not MxNxK nor a default shape's name (see `host gemm --help`)"
+            )
+        })?;
     match d[..] {
         [m, n, k] if m > 0 && n > 0 && k > 0 => Ok((s.to_string(), m, n, k, Layout::NN, false)),
-        _ => bail!("size {s:?} is not MxNxK with positive dimensions"),
+        _ => bail!("size {s:?} is not MxNxK with positive dimensions, nor a default shape's name"),
     }
 }
 
@@ -245,7 +253,8 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
             .collect::<Result<_>>()?
     };
     println!(
-        "GEMM ladder on {} ({} PTX); fp16 in/out, time = median of CUDA-event timings",
+        "GEMM ladder on {} ({} PTX); fp16 in/out, time = median over replays of a CUDA graph \
+         of 10 calls",
         gpu.name()?,
         gpu.ptx.arch
     );

@@ -152,16 +152,26 @@ impl Tile {
     /// bounds checks: with them, the copies took about as many instructions as the `mma`s.
     #[inline(always)]
     fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
-        let mut id = thread_x() as usize;
-        if self.inside(r0, c0) {
-            while id < self.chunks() {
-                let (gr, gc, off) = self.chunk(id, r0, c0);
-                let src = unsafe { self.src.add((gr * self.ld + gc) as usize) } as *const u8;
-                cp_async_16(dst + off, src, 16);
-                id += threads;
+        let per_row = self.row_len / CHUNK;
+        if self.inside(r0, c0) && self.chunks().is_multiple_of(threads) {
+            // Each pass of the block copies `threads` chunks, `threads / per_row` whole rows,
+            // and a thread keeps its chunk column: one pointer, advanced by a fixed stride,
+            // and shared offsets the compiler folds to constants.
+            let tid = thread_x() as usize;
+            let (row0, ch) = (tid / per_row, tid % per_row);
+            let rows_per_pass = threads / per_row;
+            let first = (r0 + row0 as u32) * self.ld + c0 + (ch * CHUNK) as u32;
+            let src = unsafe { self.src.add(first as usize) } as *const u8;
+            // Opaque, so the per-pass offsets are not hoisted out of the K loop into registers.
+            let stride = 2 * opaque(rows_per_pass as u32 * self.ld) as usize;
+            for pass in 0..self.chunks() / threads {
+                let row = row0 + pass * rows_per_pass;
+                let off = (swizzled_offset(row, ch * CHUNK, self.row_len) * 2) as u32;
+                cp_async_16_whole(dst + off, unsafe { src.add(pass * stride) });
             }
             return;
         }
+        let mut id = thread_x() as usize;
         while id < self.chunks() {
             let (gr, gc, off) = self.chunk(id, r0, c0);
             if self.whole(gr, gc) {
@@ -272,8 +282,8 @@ pub fn gemm<
 
     let smem = shared_addr(dynamic_shared::<u8>());
     let stage_bytes = ((BM + BN) * BK * 2) as u32;
-    let a_stage = |s: usize| smem + s as u32 * stage_bytes;
-    let b_stage = |s: usize| smem + s as u32 * stage_bytes + (BM * BK * 2) as u32;
+    let a_stage = |s: u32| smem + s * stage_bytes;
+    let b_stage = |s: u32| smem + s * stage_bytes + (BM * BK * 2) as u32;
     let (rla, rlb) = (if ka { BK } else { BM }, if kb { BK } else { BN });
 
     let mut acc = [[A::ZERO; NI]; MI];
@@ -297,7 +307,7 @@ pub fn gemm<
         }
     }
     // Fragments of one k step: A per m-fragment, B per pair of n-fragments.
-    let load = |s: usize, ks: usize| {
+    let load = |s: u32, ks: usize| {
         let mut af = [[0u32; 4]; MI];
         let mut bf = [[0u32; 4]; NI];
         for mi in 0..MI {
@@ -308,37 +318,38 @@ pub fn gemm<
         }
         (af, bf)
     };
-    // The k steps of one slice, with the fragments of step ks+1 loaded while step ks's mma run.
-    let compute = |acc: &mut [[A; NI]; MI], s: usize| {
-        let mut frags = [load(s, 0), ([[0u32; 4]; MI], [[0u32; 4]; NI])];
-        for ks in 0..ksteps {
-            if ks + 1 < ksteps {
-                frags[(ks + 1) % 2] = load(s, ks + 1);
-            }
-            let (af, bf) = &frags[ks % 2];
-            for mi in 0..MI {
-                let a = &af[mi];
-                for ni in 0..NI {
-                    // ldmatrix.x4 of B gave [b0, b1] of n-fragment 2·q, then of 2·q + 1.
-                    let b = &bf[ni / 2];
-                    let (b0, b1) = (b[2 * (ni % 2)], b[2 * (ni % 2) + 1]);
-                    if IK == 16 {
-                        acc[mi][ni].mma_k16(*a, [b0, b1]);
-                    } else {
-                        acc[mi][ni].mma_k8([a[0], a[1]], b0);
-                        acc[mi][ni].mma_k8([a[2], a[3]], b1);
-                    }
+    // The instruction tiles of one k step.
+    let mma_step = |acc: &mut [[A; NI]; MI], af: &[[u32; 4]; MI], bf: &[[u32; 4]; NI]| {
+        for mi in 0..MI {
+            let a = &af[mi];
+            for ni in 0..NI {
+                // ldmatrix.x4 of B gave [b0, b1] of n-fragment 2·q, then of 2·q + 1.
+                let b = &bf[ni / 2];
+                let (b0, b1) = (b[2 * (ni % 2)], b[2 * (ni % 2) + 1]);
+                if IK == 16 {
+                    acc[mi][ni].mma_k16(*a, [b0, b1]);
+                } else {
+                    acc[mi][ni].mma_k8([a[0], a[1]], b0);
+                    acc[mi][ni].mma_k8([a[2], a[3]], b1);
                 }
             }
         }
     };
+    let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
+    const {
+        assert!(
+            BK % 32 == 0,
+            "BK must hold an even number of 16-wide k steps"
+        )
+    };
 
     if ASYNC {
         // Prologue: STAGES-1 slices in flight. Every thread commits one group per slice, empty
-        // or not, so that "wait until STAGES-2 groups remain" always means "slice kt landed".
-        for s in 0..STAGES - 1 {
-            if s < ktiles {
-                let k0 = k_begin + (s * BK) as u32;
+        // or not, so that "wait until STAGES-2 groups remain" always means "the next slice
+        // landed".
+        for s in 0..STAGES as u32 - 1 {
+            if (s as usize) < ktiles {
+                let k0 = k_begin + s * BK as u32;
                 let (r, c) = origin_a(k0);
                 ta.copy_async(a_stage(s), r, c, threads);
                 let (r, c) = origin_b(k0);
@@ -346,7 +357,7 @@ pub fn gemm<
             }
             cp_async_commit();
         }
-        for kt in 0..ktiles {
+        let landed = || {
             match STAGES {
                 2 => cp_async_wait::<0>(),
                 3 => cp_async_wait::<1>(),
@@ -354,19 +365,40 @@ pub fn gemm<
                 _ => cp_async_wait::<3>(),
             }
             sync_threads();
-            // The stage refilled here was consumed in iteration kt-1, which every thread has
-            // finished: it passed the barrier above.
+        };
+        landed();
+        // Fragments of k step ks+1 load while step ks's mma run; the last step of a slice
+        // waits for the next slice first, so its first fragments load under those mma too.
+        let mut frags = [load(0, 0), empty()];
+        // Stages cycle: slice kt is read from `read`, slice kt + STAGES - 1 lands in `write`.
+        let after = |s: u32| if s + 1 == STAGES as u32 { 0 } else { s + 1 };
+        let (mut read, mut write) = (0, STAGES as u32 - 1);
+        for kt in 0..ktiles {
+            // The stage refilled here was last read in slice kt-1, by threads that have all
+            // passed the barrier of `landed` since.
             let next = kt + STAGES - 1;
             if next < ktiles {
                 let k0 = k_begin + (next * BK) as u32;
-                let s = next % STAGES;
+                let s = write;
                 let (r, c) = origin_a(k0);
                 ta.copy_async(a_stage(s), r, c, threads);
                 let (r, c) = origin_b(k0);
                 tb.copy_async(b_stage(s), r, c, threads);
             }
             cp_async_commit();
-            compute(&mut acc, kt % STAGES);
+            for ks in 0..ksteps {
+                // ksteps is even, so the buffer index is a constant once unrolled.
+                let cur = ks % 2;
+                if ks + 1 < ksteps {
+                    frags[1 - cur] = load(read, ks + 1);
+                } else if kt + 1 < ktiles {
+                    landed();
+                    frags[1 - cur] = load(after(read), 0);
+                }
+                let (af, bf) = &frags[cur];
+                mma_step(&mut acc, af, bf);
+            }
+            (read, write) = (after(read), after(write));
         }
     } else {
         let (r, c) = origin_a(k_begin);
@@ -386,24 +418,44 @@ pub fn gemm<
                 let (r, c) = origin_b(k0);
                 rb = load_regs::<CB>(&tb, r, c, threads);
             }
-            compute(&mut acc, kt % 2);
+            let mut frags = [load(kt as u32 % 2, 0), empty()];
+            for ks in 0..ksteps {
+                if ks + 1 < ksteps {
+                    frags[(ks + 1) % 2] = load(kt as u32 % 2, ks + 1);
+                }
+                let (af, bf) = &frags[ks % 2];
+                mma_step(&mut acc, af, bf);
+            }
             if more {
-                store_regs(&ta, a_stage((kt + 1) % 2), threads, &ra);
-                store_regs(&tb, b_stage((kt + 1) % 2), threads, &rb);
+                store_regs(&ta, a_stage((kt as u32 + 1) % 2), threads, &ra);
+                store_regs(&tb, b_stage((kt as u32 + 1) % 2), threads, &rb);
             }
             sync_threads();
         }
     }
 
     // Epilogue straight from the accumulators, fully unrolled, so every accumulator is a named
-    // register (a run-time index would move them to local memory).
+    // register (a run-time index would move them to local memory). A block tile inside C with
+    // nothing to read from it (beta = 0) and aligned pairs stores each pair inline as one 4-byte
+    // word; the rest goes through the general, out-of-line `store_fragment`.
+    let aligned = |x: usize| x.is_multiple_of(4);
+    let inline = ws.is_null()
+        && p.beta == 0.0
+        && bm0 + BM as u32 <= p.m
+        && bn0 + BN as u32 <= p.n
+        && p.ldc.is_multiple_of(2)
+        && aligned(p.c as usize)
+        && aligned(p.bias as usize);
     for (mi, row) in acc.iter().enumerate() {
         for (ni, frag) in row.iter().enumerate() {
             let (r, c) = mma_c(lane() as usize, 0);
             let i = bm0 + (wm0 + 16 * mi + r) as u32;
             let j = bn0 + (wn0 + 8 * ni + c) as u32;
             let v = [frag.get(0), frag.get(1), frag.get(2), frag.get(3)];
-            if ws.is_null() {
+            if inline {
+                store_pair_inside(p, i, j, v[0], v[1]);
+                store_pair_inside(p, i + 8, j, v[2], v[3]);
+            } else if ws.is_null() {
                 store_fragment(p, i, j, v);
             } else {
                 store_partial(
@@ -417,6 +469,23 @@ pub fn gemm<
             }
         }
     }
+}
+
+/// Two adjacent outputs (i, j..j+2), known to lie inside C, with beta = 0: the epilogue of
+/// [`epilogue`] in the same order (alpha, bias, ReLU), stored as one 4-byte word.
+#[inline(always)]
+fn store_pair_inside(p: Args, i: u32, j: u32, v0: f32, v1: f32) {
+    let (mut a, mut b) = (p.alpha * v0, p.alpha * v1);
+    if !p.bias.is_null() {
+        let pair = unsafe { *(p.bias.add(j as usize) as *const u32) };
+        a += h2f(pair as u16);
+        b += h2f((pair >> 16) as u16);
+    }
+    if p.relu != 0 {
+        (a, b) = (a.max(0.0), b.max(0.0));
+    }
+    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) } as *mut u32;
+    unsafe { *dst = f2h(a) as u32 | (f2h(b) as u32) << 16 };
 }
 
 /// A fragment's raw fp32 sums into one split's `m × n` slice of the workspace.
