@@ -338,7 +338,7 @@ pub fn gemm<
     let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
     const {
         assert!(
-            BK % 32 == 0,
+            BK.is_multiple_of(32),
             "BK must hold an even number of 16-wide k steps"
         )
     };
