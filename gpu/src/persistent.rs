@@ -586,13 +586,14 @@ mod kernel {
         let rows32 = rows.div_ceil(32) * 32;
         let ktiles = (dim / 16) as usize;
         let slot = logits_slot(batch as usize, cn);
-        let (grid_count, pair_count) = unsafe { (counters, counters.add(1 + slice as usize)) };
-        let (my_xch, partner_xch) = unsafe {
-            (
-                exchange.add(blk as usize * EXCHANGE),
-                exchange.add((blk ^ 1) as usize * EXCHANGE),
-            )
-        };
+        // The pair counters and exchange areas exist only off Hopper (the host allocates none
+        // there): wrapping arithmetic, since these addresses are formed but never used there.
+        let pair_count = counters.wrapping_add(1 + slice as usize);
+        let (my_xch, partner_xch) = (
+            exchange.wrapping_add(blk as usize * EXCHANGE),
+            exchange.wrapping_add((blk ^ 1) as usize * EXCHANGE),
+        );
+        let grid_count = counters;
         // On Hopper the two blocks of a slice are a cluster: the partner's rank in it.
         let peer = if HOPPER { cluster_rank() ^ 1 } else { 0 };
         // Roles while the batch is in flight: warps 0-3 own the 16-row tiles of the batch

@@ -124,7 +124,10 @@ fn persistent_steps_match_cpu_reference() {
     let (mut ok, mut report) = (true, Vec::new());
     for acc in [Accum::F16, Accum::F32] {
         for batch in [100usize, 8] {
-            assert_eq!(persistent::unsupported(&g, &sizes, batch).unwrap(), None);
+            assert_eq!(
+                persistent::unsupported(&g, &sizes, batch, acc).unwrap(),
+                None
+            );
             let carve = |arena: &mut Arena| {
                 let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
                 let p = Persistent::new(&g, arena, &sizes, batch, acc).unwrap();
@@ -218,7 +221,7 @@ fn persistent_steps_match_cpu_reference() {
         (vec![48, 24, 10], 129),
     ] {
         assert!(
-            persistent::unsupported(&g, &sizes, batch)
+            persistent::unsupported(&g, &sizes, batch, Accum::F16)
                 .unwrap()
                 .is_some(),
             "{sizes:?} batch {batch}"

@@ -22,16 +22,17 @@ pub struct Persistent {
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
-    /// Each block's shares of the gradients, for the other block of its slice.
+    /// Each block's shares of the gradients, for the other block of its slice (empty on
+    /// Hopper, where they go straight into the partner's shared memory).
     exchange: Buf<u32>,
-    /// Arrival counts of the grid barrier, then of each slice's pair barrier; zeroed before
-    /// each launch.
+    /// Arrival counts of the grid barrier, then of each slice's pair barrier (the grid's alone
+    /// on Hopper, where pairs meet at the cluster barrier); zeroed before each launch.
     counters: Buf<u32>,
 }
 
-/// Why the persistent kernel cannot train layers `sizes` with this batch on this GPU; `None`
-/// when it can.
-pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<String>> {
+/// Why the persistent kernel (with accumulator `acc`) cannot train layers `sizes` with this
+/// batch on this GPU; `None` when it can.
+pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Result<Option<String>> {
     if sizes.len() != 3 {
         return Ok(Some(format!(
             "it trains one hidden layer, this model has {}",
@@ -60,7 +61,8 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize) -> Result<Option<St
                 "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
             )
         } else {
-            let resident = resident_blocks(gpu, &gpu.function("mlp1_persistent_f16")?, bytes)?;
+            let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
+            let resident = resident_blocks(gpu, &f, bytes)?;
             let blocks = PARTS * hidden / UNITS;
             if blocks > resident {
                 format!(
@@ -112,15 +114,21 @@ impl Persistent {
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem.bytes as i32,
         )?;
+        let cluster = clustered(gpu.ptx.sm);
+        let (exchange, counters) = if cluster {
+            (0, 1)
+        } else {
+            (blocks * EXCHANGE, 1 + slices)
+        };
         Ok(Persistent {
             f,
             blocks: blocks as u32,
-            cluster: clustered(gpu.ptx.sm),
+            cluster,
             batch: batch as u32,
             smem,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
-            exchange: arena.alloc(blocks * EXCHANGE)?,
-            counters: arena.alloc(1 + slices)?,
+            exchange: arena.alloc(exchange)?,
+            counters: arena.alloc(counters)?,
         })
     }
 

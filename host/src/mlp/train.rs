@@ -123,7 +123,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     let not_applicable = if opted_out {
         None
     } else {
-        persistent::unsupported(gpu, &sizes, o.batch)?
+        persistent::unsupported(gpu, &sizes, o.batch, o.accum)?
     };
     let use_persistent = !opted_out && not_applicable.is_none();
     let eval_rows = ds.test.count.min(8192);
