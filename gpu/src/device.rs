@@ -17,6 +17,29 @@ pub fn opaque(x: u32) -> u32 {
     o
 }
 
+/// Programmatic dependent launch exists in this build (sm_90 PTX, ISA 8.0).
+const DEPENDENT_LAUNCH: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx80"));
+
+/// Lets a kernel launched after this one as a dependent launch start before this grid ends:
+/// its blocks may be scheduled, and run up to their [`wait_for_prior_grids`], once every block
+/// of this grid has called this (or exited). A no-op before sm_90.
+#[inline(always)]
+pub fn launch_dependents() {
+    if DEPENDENT_LAUNCH {
+        unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+    }
+}
+
+/// In a kernel launched as a dependent launch: waits until the grids it depends on have
+/// completed and their writes are visible. Returns at once after a plain launch, and before
+/// sm_90 (where every launch is plain).
+#[inline(always)]
+pub fn wait_for_prior_grids() {
+    if DEPENDENT_LAUNCH {
+        unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+    }
+}
+
 #[inline(always)]
 pub fn thread_x() -> u32 {
     unsafe { nvptx::_thread_idx_x() }

@@ -42,6 +42,8 @@ pub unsafe extern "ptx-kernel" fn splitk_reduce(
     beta: f32,
     relu: u32,
 ) {
+    // Launched as a dependent of the split GEMM on sm_90: its partial sums are complete here.
+    wait_for_prior_grids();
     let p = crate::gemm::Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
     grid_stride(m * n, |e| {
         let mut acc = 0.0f32;

@@ -2,12 +2,13 @@
 //! device-buffer arenas and event timers.
 use crate::ptx::{self, EmbeddedPtx};
 use anyhow::{Context, Result, bail, ensure};
-use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUlaunchAttributeID};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     LaunchConfig, ValidAsZeroBits,
 };
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
@@ -271,6 +272,69 @@ pub fn dptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> u64 {
 }
 
 /// A grid of `ceil(n / threads)` blocks, capped for grid-stride kernels.
+/// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
+pub fn arg<T>(v: &T) -> *mut c_void {
+    v as *const T as *mut c_void
+}
+
+/// A launch attribute for `cuLaunchKernelEx`, its value set by `set`.
+pub fn attribute(
+    id: CUlaunchAttributeID,
+    set: impl FnOnce(&mut sys::CUlaunchAttributeValue),
+) -> sys::CUlaunchAttribute {
+    // SAFETY: the attribute is plain old data; all zeroes is a valid (empty) value.
+    let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    a.id = id;
+    set(&mut a.value);
+    a
+}
+
+impl Gpu {
+    /// Launches `f` on the stream as a programmatic dependent launch (sm_90): it may start while
+    /// the kernel before it is finishing, once that one has signalled `griddepcontrol.
+    /// launch_dependents`, so `f` must begin with `griddepcontrol.wait`. `args` point at the
+    /// kernel's parameters, in order.
+    ///
+    /// # Safety
+    /// As for any launch: `args` must match the kernel's parameters and the buffers they name
+    /// must outlive the work.
+    pub unsafe fn launch_dependent(
+        &self,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        let mut attrs = [attribute(
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            |v| v.programmaticStreamSerializationAllowed = 1,
+        )];
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
+        };
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `config` and `attrs` outlive the call; the caller vouches for `args`.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &config,
+                f.cu_function(),
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
+        Ok(())
+    }
+}
+
 pub fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 65535 * 8) as u32;
     LaunchConfig {

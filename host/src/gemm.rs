@@ -1,6 +1,6 @@
 //! Host side of the GEMM ladder: validation, configuration choice, launch geometry, the CPU
 //! reference and cuBLAS for comparison.
-use crate::cuda::{Gpu, PushKernelArg};
+use crate::cuda::{Gpu, PushKernelArg, arg};
 use anyhow::{Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::LaunchConfig;
@@ -377,18 +377,39 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     if splits > 1 {
         let f = gpu.function("splitk_reduce")?;
         let s = splits as u32;
-        let mut r = gpu.stream.launch_builder(&f);
-        r.arg(&ws)
-            .arg(&s)
-            .arg(&m)
-            .arg(&n)
-            .arg(&ptrs.c)
-            .arg(&ldc)
-            .arg(&ptrs.bias)
-            .arg(&p.alpha)
-            .arg(&p.beta)
-            .arg(&relu);
-        unsafe { r.launch(crate::cuda::grid_1d(p.m * p.n, 256)) }?;
+        let cfg = crate::cuda::grid_1d(p.m * p.n, 256);
+        if gpu.ptx.sm >= 90 {
+            // A dependent launch: scheduled while the split GEMM finishes, it waits for it on
+            // the GPU (`griddepcontrol.wait`) instead of behind a full launch.
+            let mut args = [
+                arg(&ws),
+                arg(&s),
+                arg(&m),
+                arg(&n),
+                arg(&ptrs.c),
+                arg(&ldc),
+                arg(&ptrs.bias),
+                arg(&p.alpha),
+                arg(&p.beta),
+                arg(&relu),
+            ];
+            // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types
+            // (pointers as u64); the caller keeps the buffers alive as for any launch.
+            unsafe { gpu.launch_dependent(&f, cfg, &mut args) }?;
+        } else {
+            let mut r = gpu.stream.launch_builder(&f);
+            r.arg(&ws)
+                .arg(&s)
+                .arg(&m)
+                .arg(&n)
+                .arg(&ptrs.c)
+                .arg(&ldc)
+                .arg(&ptrs.bias)
+                .arg(&p.alpha)
+                .arg(&p.beta)
+                .arg(&relu);
+            unsafe { r.launch(cfg) }?;
+        }
     }
     Ok(())
 }

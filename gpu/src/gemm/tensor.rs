@@ -256,6 +256,9 @@ pub fn gemm<
     ws: *mut f32,
     k_slice: u32,
 ) {
+    // The split-K reduction after this kernel is a dependent launch on sm_90: it may be
+    // scheduled now and wait for this grid on the GPU, not behind a launch.
+    launch_dependents();
     let (wm, wn) = (16 * MI, 8 * NI);
     let warps_n = BN / wn;
     let threads = (BM / wm) * warps_n * 32;

@@ -2,7 +2,7 @@
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu};
+use crate::cuda::{Arena, Buf, Gpu, arg, attribute};
 use anyhow::Result;
 use cudarc::driver::CudaFunction;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
@@ -11,7 +11,6 @@ use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
     clustered, logits_slot,
 };
-use std::ffi::c_void;
 
 pub struct Persistent {
     f: CudaFunction,
@@ -210,22 +209,6 @@ impl Persistent {
     pub fn blocks(&self) -> u32 {
         self.blocks
     }
-}
-
-/// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
-fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
-}
-
-fn attribute(
-    id: CUlaunchAttributeID,
-    set: impl FnOnce(&mut sys::CUlaunchAttributeValue),
-) -> sys::CUlaunchAttribute {
-    // SAFETY: the attribute is plain old data; all zeroes is a valid (empty) value.
-    let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    a.id = id;
-    set(&mut a.value);
-    a
 }
 
 fn cluster_attribute() -> sys::CUlaunchAttribute {
