@@ -478,7 +478,8 @@ mod kernel {
         }
     }
 
-    /// [`opaque`](crate::device::opaque) for a pointer (passed as its address: the asm only copies it).
+    /// [`opaque`](crate::device::opaque) for a pointer (passed as its address: the asm only
+    /// copies it).
     #[inline(always)]
     fn opaque_ptr(p: *mut u32) -> *mut u32 {
         let o: u64;

@@ -271,7 +271,6 @@ pub fn dptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     buf.device_ptr(stream).0
 }
 
-/// A grid of `ceil(n / threads)` blocks, capped for grid-stride kernels.
 /// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
 pub fn arg<T>(v: &T) -> *mut c_void {
     v as *const T as *mut c_void
@@ -335,6 +334,7 @@ impl Gpu {
     }
 }
 
+/// A grid of `ceil(n / threads)` blocks, capped for grid-stride kernels.
 pub fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
     let blocks = n.div_ceil(threads as usize).clamp(1, 65535 * 8) as u32;
     LaunchConfig {

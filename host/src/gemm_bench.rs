@@ -51,16 +51,16 @@ const GRAPH_BATCH: usize = 10;
 /// after warm-up. Each sample replays a CUDA graph of [`GRAPH_BATCH`] captured calls, so the GPU
 /// runs them back to back as in a training step's graph. Timed one launch at a time, the events
 /// would also measure the host's launch cost whenever the GPU waits for it: several µs per
-/// call (cuBLAS picks its kernel on every call), which at the MLP shapes is most of the time
-/// and still ~5% at 4096³.
+/// call (cuBLAS picks its kernel on every call), which at the MLP shapes is most of the time.
 fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let s = &gpu.stream;
     s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
     let captured = (0..GRAPH_BATCH).try_for_each(|_| f());
-    let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
+    // A failed call explains a failed capture better than the capture's own error does.
+    let graph = s.end_capture(CUgraphInstantiate_flags(0));
     captured.context("capturing the timed calls in a CUDA graph")?;
-    let graph = graph.context("stream capture produced no graph")?;
+    let graph = graph?.context("stream capture produced no graph")?;
     let t = gpu.timer()?;
     graph.launch()?;
     t.start()?;

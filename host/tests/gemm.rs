@@ -107,6 +107,15 @@ fn epilogues_and_padded_leading_dimensions() {
             let mut p = Problem::new(33, 40, 24, layout);
             p.beta = 1.0;
             check_one(&g, v, &p, &mut rng);
+            // whole block tiles inside C, for every tile size: the inline epilogue (bias,
+            // ReLU, alpha) and, with beta = 1, the general one
+            let mut p = Problem::new(256, 256, 96, layout);
+            p.relu = true;
+            p.alpha = 0.5;
+            check_one(&g, v, &p, &mut rng);
+            let mut p = Problem::new(256, 256, 64, layout);
+            p.beta = 1.0;
+            check_one(&g, v, &p, &mut rng);
             // leading dimensions wider than the rows, odd ones included
             let mut p = Problem::new(50, 70, 90, layout);
             p.lda += 8;

@@ -153,7 +153,8 @@ impl Tile {
     #[inline(always)]
     fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
         let per_row = self.row_len / CHUNK;
-        if self.inside(r0, c0) && self.chunks().is_multiple_of(threads) {
+        let passes = self.chunks().is_multiple_of(threads) && threads.is_multiple_of(per_row);
+        if self.inside(r0, c0) && passes {
             // Each pass of the block copies `threads` chunks, `threads / per_row` whole rows,
             // and a thread keeps its chunk column: one pointer, advanced by a fixed stride,
             // and shared offsets the compiler folds to constants.
@@ -341,8 +342,8 @@ pub fn gemm<
     let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
     const {
         assert!(
-            BK.is_multiple_of(32),
-            "BK must hold an even number of 16-wide k steps"
+            !ASYNC || BK.is_multiple_of(32),
+            "the cp.async pipeline needs an even number of 16-wide k steps per slice"
         )
     };
 
@@ -390,7 +391,8 @@ pub fn gemm<
             }
             cp_async_commit();
             for ks in 0..ksteps {
-                // ksteps is even, so the buffer index is a constant once unrolled.
+                // Constant once unrolled; ksteps is even, so slice kt+1's first fragments land
+                // in buffer 0, where its step 0 reads them.
                 let cur = ks % 2;
                 if ks + 1 < ksteps {
                     frags[1 - cur] = load(read, ks + 1);
