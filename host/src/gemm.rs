@@ -241,10 +241,11 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
     })
 }
 
-/// The tensor-core configuration the host picks for an M×N output on this GPU: among those
+/// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
 /// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
-/// block; for small outputs, the one with the most blocks.
-pub fn choose_config(gpu: &Gpu, m: usize, n: usize) -> Result<&'static TileConfig> {
+/// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
+/// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
+pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin()?;
     let sms = gpu.sm_count()? as usize;
     let best_sm = TILE_CONFIGS
@@ -258,6 +259,10 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize) -> Result<&'static TileConfi
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let area = |c: &TileConfig| c.block.0 * c.block.1;
+    let depth = |c: &TileConfig| {
+        let bk = c.block.2 as isize;
+        if c.block.2 <= k { bk } else { -bk }
+    };
     let filling = usable
         .iter()
         .filter(|c| tiles(c) >= sms)
@@ -266,7 +271,7 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize) -> Result<&'static TileConfi
         .or_else(|| {
             usable
                 .iter()
-                .max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c))))
+                .max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c)), depth(c)))
         })
         .copied()
         .ok_or_else(|| anyhow::anyhow!("no tensor-core GEMM configuration fits this GPU"))

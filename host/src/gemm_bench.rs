@@ -210,7 +210,7 @@ pub fn run(
         }
 
         // What the host would pick for this shape, split-K included, when that splits.
-        let cfg = gemm::choose_config(gpu, m, n)?;
+        let cfg = gemm::choose_config(gpu, m, n, k)?;
         let split = gemm::choose_split(gpu, cfg, m, n, k)?;
         if split > 1 {
             let v = Version::Tensor(cfg, Accum::F16);

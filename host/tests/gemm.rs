@@ -193,6 +193,29 @@ fn bad_configs_are_errors() {
     assert!(e.to_string().contains("shared memory"), "{e}");
 }
 
+/// For a small output the host picks the tile with the most blocks, and among rows of that
+/// tile the deepest K slice that K fills, or the shallowest when K fills none.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn automatic_choice_fits_the_k_slice_to_k() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    for k in [10, 40, 784] {
+        let c = gemm::choose_config(&g, 128, 128, k).unwrap();
+        let depths: Vec<usize> = gpu::gemm::TILE_CONFIGS
+            .iter()
+            .filter(|r| (r.block.0, r.block.1, r.min_sm) == (c.block.0, c.block.1, c.min_sm))
+            .map(|r| r.block.2)
+            .collect();
+        let fitting = depths.iter().copied().filter(|&bk| bk <= k).max();
+        let want = fitting.unwrap_or_else(|| *depths.iter().min().unwrap());
+        assert_eq!(
+            c.block.2, want,
+            "K={k}: chose {} among depths {depths:?}",
+            c.name
+        );
+    }
+}
+
 /// The roof kernels do every product `host gemm` counts for them: with all operands 1, each
 /// lane's sum over its chains is exactly chains × rounds × K (integers this small are exact
 /// in fp16), against the count computed here.

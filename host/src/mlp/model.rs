@@ -136,7 +136,7 @@ impl<'g> Mlp<'g> {
                     split_k: 1,
                 },
                 None => {
-                    let c = gemm::choose_config(gpu, m, n)?;
+                    let c = gemm::choose_config(gpu, m, n, k)?;
                     Plan {
                         version: Version::Tensor(c, acc),
                         split_k: gemm::choose_split(gpu, c, m, n, k)?,
