@@ -289,24 +289,21 @@ pub fn attribute(
 }
 
 impl Gpu {
-    /// Launches `f` on the stream as a programmatic dependent launch (sm_90): it may start while
-    /// the kernel before it is finishing, once that one has signalled `griddepcontrol.
-    /// launch_dependents`, so `f` must begin with `griddepcontrol.wait`. `args` point at the
-    /// kernel's parameters, in order.
+    /// Launches `f` on the stream with driver launch attributes (`cuLaunchKernelEx`), which
+    /// cudarc's launch builder does not take: e.g. a programmatic dependent launch, which may
+    /// start while the kernel before it finishes, so `f` must begin with
+    /// `griddepcontrol.wait`. `args` point at the kernel's parameters, in order.
     ///
     /// # Safety
     /// As for any launch: `args` must match the kernel's parameters and the buffers they name
     /// must outlive the work.
-    pub unsafe fn launch_dependent(
+    pub unsafe fn launch_ex(
         &self,
         f: &CudaFunction,
         cfg: LaunchConfig,
+        attrs: &mut [sys::CUlaunchAttribute],
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        let mut attrs = [attribute(
-            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            |v| v.programmaticStreamSerializationAllowed = 1,
-        )];
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,

@@ -1,10 +1,10 @@
 //! Host side of the GEMM ladder: validation, configuration choice, launch geometry, the CPU
 //! reference and cuBLAS for comparison.
-use crate::cuda::{Gpu, PushKernelArg, arg};
+use crate::cuda::{Gpu, PushKernelArg, arg, attribute};
 use anyhow::{Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
     simt_kernel, tensor_kernel,
@@ -383,38 +383,28 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         let f = gpu.function("splitk_reduce")?;
         let s = splits as u32;
         let cfg = crate::cuda::grid_1d(p.m * p.n, 256);
-        if gpu.ptx.sm >= 90 {
-            // A dependent launch: scheduled while the split GEMM finishes, it waits for it on
-            // the GPU (`griddepcontrol.wait`) instead of behind a full launch.
-            let mut args = [
-                arg(&ws),
-                arg(&s),
-                arg(&m),
-                arg(&n),
-                arg(&ptrs.c),
-                arg(&ldc),
-                arg(&ptrs.bias),
-                arg(&p.alpha),
-                arg(&p.beta),
-                arg(&relu),
-            ];
-            // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types
-            // (pointers as u64); the caller keeps the buffers alive as for any launch.
-            unsafe { gpu.launch_dependent(&f, cfg, &mut args) }?;
-        } else {
-            let mut r = gpu.stream.launch_builder(&f);
-            r.arg(&ws)
-                .arg(&s)
-                .arg(&m)
-                .arg(&n)
-                .arg(&ptrs.c)
-                .arg(&ldc)
-                .arg(&ptrs.bias)
-                .arg(&p.alpha)
-                .arg(&p.beta)
-                .arg(&relu);
-            unsafe { r.launch(cfg) }?;
-        }
+        // On sm_90 a dependent launch: scheduled while the split GEMM finishes, it waits for it
+        // on the GPU (`griddepcontrol.wait`) instead of behind a full launch.
+        let mut attrs = [attribute(
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            |v| v.programmaticStreamSerializationAllowed = 1,
+        )];
+        let used = usize::from(gpu.ptx.sm >= 90);
+        let mut args = [
+            arg(&ws),
+            arg(&s),
+            arg(&m),
+            arg(&n),
+            arg(&ptrs.c),
+            arg(&ldc),
+            arg(&ptrs.bias),
+            arg(&p.alpha),
+            arg(&p.beta),
+            arg(&relu),
+        ];
+        // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types
+        // (pointers as u64); the caller keeps the buffers alive as for any launch.
+        unsafe { gpu.launch_ex(&f, cfg, &mut attrs[..used], &mut args) }?;
     }
     Ok(())
 }
