@@ -47,8 +47,8 @@ fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
 /// Calls captured in the CUDA graph that one sample replays (see [`time_ms`]).
 const GRAPH_BATCH: usize = 10;
 
-/// Median time in ms of one call of `f`, over enough samples for ~`budget_ms` (at least 3),
-/// after warm-up. Each sample replays a CUDA graph of [`GRAPH_BATCH`] captured calls, so the GPU
+/// Median time in ms of one call of `f`, over enough samples for ~`budget_ms` (at least 3, at
+/// most one per ms of the budget or 200, whichever is more), after warm-up. Each sample replays a CUDA graph of [`GRAPH_BATCH`] captured calls, so the GPU
 /// runs them back to back as in a training step's graph. Timed one launch at a time, the events
 /// would also measure the host's launch cost whenever the GPU waits for it: several µs per
 /// call (cuBLAS picks its kernel on every call), which at the MLP shapes is most of the time.
@@ -66,7 +66,7 @@ fn time_ms(gpu: &Gpu, budget_ms: f64, mut f: impl FnMut() -> Result<()>) -> Resu
     t.start()?;
     graph.launch()?;
     let once = t.stop_ms()? as f64;
-    let samples = ((budget_ms / once.max(1e-3)) as usize).clamp(3, 200);
+    let samples = ((budget_ms / once.max(1e-3)) as usize).clamp(3, (budget_ms as usize).max(200));
     let mut times = Vec::with_capacity(samples);
     for _ in 0..samples {
         t.start()?;
@@ -83,7 +83,7 @@ const ROOF_OPERAND: f16 = f16::from_bits(0x2c00);
 
 /// The roof: `mma.sync` throughput with operands in registers, per instruction shape and
 /// accumulator; what no `mma.sync` GEMM on this GPU can exceed. Prints one line each.
-pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<()> {
+pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
     // Four blocks of 256 threads per SM (all resident: ~50 registers a thread): 8 warps per
     // scheduler, each with ROOF_CHAINS independent accumulators. Then one block per SM: the 2
     // warps per scheduler that the register file leaves a GEMM with 64×64 warp tiles.
@@ -95,7 +95,7 @@ pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<()> {
     for (per_sm, note) in [(4, ""), (1, ", 2 warps per scheduler")] {
         let blocks = per_sm * sms;
         for (name, k, acc) in gemm::roof_kernels(gpu) {
-            let ms = time_ms(gpu, 200.0, || {
+            let ms = time_ms(gpu, budget_ms, || {
                 gemm::launch_roof(gpu, &name, (blocks, threads), ROOF_OPERAND, iters, ptr)
             })?;
             let flops = (blocks * threads / 32) as f64
@@ -113,13 +113,15 @@ pub fn roof(gpu: &Gpu, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Runs the table. `versions` empty means every version the GPU runs; SIMT versions skip
-/// squares above `simt_max` (they would take minutes and teach nothing more).
+/// Runs the table, timing each row for about `budget_ms`. `versions` empty means every version
+/// the GPU runs; SIMT versions skip squares above `simt_max` (they would take minutes and teach
+/// nothing more).
 pub fn run(
     gpu: &Gpu,
     versions: &[Version],
     shapes: &[(String, usize, usize, usize, Layout, bool)],
     simt_max: usize,
+    budget_ms: f64,
     out: &mut dyn Write,
 ) -> Result<Vec<Row>> {
     let blas = Cublas::new(gpu)?;
@@ -158,7 +160,6 @@ pub fn run(
                 .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
                 .collect()
         });
-        let budget = 200.0;
 
         // Times `f`, then checks what it left in C, which is poisoned with NaN (all-ones fp16)
         // first so that an element the kernel never writes cannot pass.
@@ -172,7 +173,7 @@ pub fn run(
                     gpu.stream.cu_stream(),
                 )
             }?;
-            let ms = time_ms(gpu, budget, f)?;
+            let ms = time_ms(gpu, budget_ms, f)?;
             let got = gpu.download(&dc)?;
             Ok((
                 ms,

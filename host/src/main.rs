@@ -177,6 +177,10 @@ struct GemmArgs {
     /// Largest dimension the SIMT versions run at.
     #[arg(long, default_value_t = 2048)]
     simt_max: usize,
+    /// Time each row for about this long (ms); longer runs hold the GPU at the clock and power
+    /// it settles to under sustained load.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    time_ms: u32,
     /// Also write the table as CSV.
     #[arg(long)]
     csv: Option<PathBuf>,
@@ -258,8 +262,16 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
         gpu.name()?,
         gpu.ptx.arch
     );
-    gemm_bench::roof(gpu, &mut std::io::stdout())?;
-    let rows = gemm_bench::run(gpu, &versions, &shapes, a.simt_max, &mut std::io::stdout())?;
+    let budget = f64::from(a.time_ms);
+    gemm_bench::roof(gpu, budget, &mut std::io::stdout())?;
+    let rows = gemm_bench::run(
+        gpu,
+        &versions,
+        &shapes,
+        a.simt_max,
+        budget,
+        &mut std::io::stdout(),
+    )?;
     if let Some(path) = &a.csv {
         gemm_bench::write_csv(path, &rows, &gpu.name()?)?;
         println!("wrote {}", path.display());
