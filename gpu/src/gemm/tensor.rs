@@ -257,9 +257,6 @@ pub fn gemm<
     ws: *mut f32,
     k_slice: u32,
 ) {
-    // The split-K reduction after this kernel is a dependent launch on sm_90: it may be
-    // scheduled now and wait for this grid on the GPU, not behind a launch.
-    launch_dependents();
     let (wm, wn) = (16 * MI, 8 * NI);
     let warps_n = BN / wn;
     let threads = (BM / wm) * warps_n * 32;
@@ -347,6 +344,9 @@ pub fn gemm<
         )
     };
 
+    // Launched as a dependent on sm_90: everything above is set-up that overlaps the kernel
+    // before; its results are read (and C written) only after it has completed.
+    wait_for_prior_grids();
     if ASYNC {
         // Prologue: STAGES-1 slices in flight. Every thread commits one group per slice, empty
         // or not, so that "wait until STAGES-2 groups remain" always means "the next slice
@@ -438,6 +438,12 @@ pub fn gemm<
             sync_threads();
         }
     }
+
+    // The kernel after this one (the split-K reduction, the next GEMM) is a dependent launch
+    // on sm_90: once every block is here, it may be scheduled and wait for this grid on the
+    // GPU, not behind a launch. Not earlier: its blocks would take SMs as the first ones free
+    // up, unevenly, while they can do nothing but wait.
+    launch_dependents();
 
     // Epilogue straight from the accumulators, fully unrolled, so every accumulator is a named
     // register (a run-time index would move them to local memory). A block tile inside C with
