@@ -289,6 +289,27 @@ pub fn attribute(
 }
 
 impl Gpu {
+    /// The driver's launch configuration for `cfg` on this GPU's stream, with `attrs` (which
+    /// must outlive its use): what `cuLaunchKernelEx` and the occupancy queries take.
+    pub fn launch_config(
+        &self,
+        cfg: LaunchConfig,
+        attrs: &mut [sys::CUlaunchAttribute],
+    ) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
+        }
+    }
+
     /// Launches `f` on the stream with driver launch attributes (`cuLaunchKernelEx`), which
     /// cudarc's launch builder does not take: e.g. a programmatic dependent launch, which may
     /// start while the kernel before it finishes, so `f` must begin with
@@ -304,18 +325,7 @@ impl Gpu {
         attrs: &mut [sys::CUlaunchAttribute],
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        let config = sys::CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: attrs.len() as u32,
-        };
+        let config = self.launch_config(cfg, attrs);
         self.ctx.bind_to_thread()?;
         // SAFETY: `config` and `attrs` outlive the call; the caller vouches for `args`.
         unsafe {

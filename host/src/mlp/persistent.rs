@@ -4,8 +4,8 @@
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, arg, attribute};
 use anyhow::Result;
-use cudarc::driver::CudaFunction;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
@@ -86,8 +86,8 @@ fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
             f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
         return Ok(per_sm as usize * gpu.sm_count()? as usize);
     }
-    let mut attrs = vec![cluster_attribute()];
-    let config = launch_config(gpu, PARTS as u32, smem, &mut attrs);
+    let mut attrs = [cluster_attribute()];
+    let config = gpu.launch_config(launch(PARTS as u32, smem), &mut attrs);
     let mut clusters = 0;
     gpu.ctx.bind_to_thread()?;
     // SAFETY: `config` and its attributes outlive the call, which only reads them.
@@ -189,21 +189,11 @@ impl Persistent {
         if self.cluster {
             attrs.push(cluster_attribute());
         }
-        let config = launch_config(gpu, self.blocks, self.smem.bytes, &mut attrs);
-        gpu.ctx.bind_to_thread()?;
+        let cfg = launch(self.blocks, self.smem.bytes);
         // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
-        unsafe {
-            sys::cuLaunchKernelEx(
-                &config,
-                self.f.cu_function(),
-                [arg(&args)].as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()?;
-        Ok(())
+        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }
     }
 
     pub fn blocks(&self) -> u32 {
@@ -224,24 +214,12 @@ fn cluster_attribute() -> sys::CUlaunchAttribute {
     )
 }
 
-/// `blocks` blocks of [`THREADS`] on the training stream; `attrs` must outlive its use.
-fn launch_config(
-    gpu: &Gpu,
-    blocks: u32,
-    smem: usize,
-    attrs: &mut [sys::CUlaunchAttribute],
-) -> sys::CUlaunchConfig {
-    sys::CUlaunchConfig {
-        gridDimX: blocks,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: THREADS as u32,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem as u32,
-        hStream: gpu.stream.cu_stream(),
-        attrs: attrs.as_mut_ptr(),
-        numAttrs: attrs.len() as u32,
+/// `blocks` blocks of [`THREADS`] with `smem` bytes of dynamic shared memory each.
+fn launch(blocks: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (THREADS as u32, 1, 1),
+        shared_mem_bytes: smem as u32,
     }
 }
 
