@@ -160,7 +160,9 @@ if g:
             md.append(f"| {s} ({b['m']}×{b['n']}×{b['k']}) | {float(cb['tflops']):.1f} | {b['version']} | {float(b['tflops']):.1f} | {float(b['pct_cublas_f16']):.0f}% |")
     roof = [l for l in (d / "gemm.log").read_text().splitlines() if l.startswith("roof:")] if (d / "gemm.log").exists() else []
     if roof:
-        md.append("\nThe roof: `mma.sync` alone, operands in registers, no memory traffic (`host gemm` prints it first; no `mma.sync` GEMM can exceed it):\n")
+        md.append("\nThe roof: `mma.sync` alone, operands in registers, no memory traffic (`host gemm` prints it first; no `mma.sync` GEMM can exceed it). "
+                  "It runs at the GPU's top clock; every GEMM above, cuBLAS included, runs at the board's power cap and a lower clock "
+                  "(`bench/gemm_power.py` measures both; `docs/gemm.md`, \"Clock and power\"):\n")
         md += [f"- {l[len('roof: '):]}" for l in roof]
     md.append("\nThe full table (every version and configuration, errors against the CPU reference) is `gemm.csv`; the study is `docs/gemm.md`.\n")
 
