@@ -161,8 +161,8 @@ if g:
     roof = [l for l in (d / "gemm.log").read_text().splitlines() if l.startswith("roof:")] if (d / "gemm.log").exists() else []
     if roof:
         md.append("\nThe roof: `mma.sync` alone, operands in registers, no memory traffic (`host gemm` prints it first; no `mma.sync` GEMM can exceed it). "
-                  "It runs at the GPU's top clock; every GEMM above, cuBLAS included, runs at the board's power cap and a lower clock "
-                  "(`bench/gemm_power.py` measures both; `docs/gemm.md`, \"Clock and power\"):\n")
+                  "It draws far less power than a GEMM: on the H100 the large squares above, cuBLAS's included, run at the board's power cap "
+                  "and a lower clock than the roof (`bench/gemm_power.py` measures both; `docs/gemm.md`, \"Clock and power\"):\n")
         md += [f"- {l[len('roof: '):]}" for l in roof]
     md.append("\nThe full table (every version and configuration, errors against the CPU reference) is `gemm.csv`; the study is `docs/gemm.md`.\n")
 

@@ -312,8 +312,9 @@ impl Gpu {
 
     /// Launches `f` on the stream with driver launch attributes (`cuLaunchKernelEx`), which
     /// cudarc's launch builder does not take: e.g. a programmatic dependent launch, which may
-    /// start while the kernel before it finishes, so `f` must begin with
-    /// `griddepcontrol.wait`. `args` point at the kernel's parameters, in order.
+    /// start while the kernel before it finishes, so `f` must execute `griddepcontrol.wait`
+    /// before its first global memory access. `args` point at the kernel's parameters, in
+    /// order.
     ///
     /// # Safety
     /// As for any launch: `args` must match the kernel's parameters and the buffers they name

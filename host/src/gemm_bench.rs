@@ -47,8 +47,10 @@ fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
 /// Calls captured in the CUDA graph that one sample replays (see [`time_ms`]).
 const GRAPH_BATCH: usize = 10;
 
-/// Median time in ms of one call of `f`, over enough samples for ~`budget_ms` (at least 3, at
-/// most one per ms of the budget or 200, whichever is more), after warm-up. Each sample replays a CUDA graph of [`GRAPH_BATCH`] captured calls, so the GPU
+/// Median time in ms of one call of `f`, over enough samples for ~`budget_ms` after warm-up: at
+/// least 3, and at most one per ms of the budget (or 200): each sample waits for the GPU, and
+/// at the few-µs shapes thousands of those waits would cost more than the GPU time they
+/// measure. Each sample replays a CUDA graph of [`GRAPH_BATCH`] captured calls, so the GPU
 /// runs them back to back as in a training step's graph. Timed one launch at a time, the events
 /// would also measure the host's launch cost whenever the GPU waits for it: several µs per
 /// call (cuBLAS picks its kernel on every call), which at the MLP shapes is most of the time.

@@ -177,8 +177,9 @@ struct GemmArgs {
     /// Largest dimension the SIMT versions run at.
     #[arg(long, default_value_t = 2048)]
     simt_max: usize,
-    /// Time each row for about this long (ms); longer runs hold the GPU at the clock and power
-    /// it settles to under sustained load.
+    /// Time each row for about this long (ms), in at most one replay per ms: rows faster than
+    /// that take less. Longer runs hold the GPU at the clock and power it settles to under
+    /// sustained load.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=60_000))]
     time_ms: u32,
     /// Also write the table as CSV.

@@ -87,7 +87,7 @@ fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
         return Ok(per_sm as usize * gpu.sm_count()? as usize);
     }
     let mut attrs = [cluster_attribute()];
-    let config = gpu.launch_config(launch(PARTS as u32, smem), &mut attrs);
+    let config = gpu.launch_config(grid_config(PARTS as u32, smem), &mut attrs);
     let mut clusters = 0;
     gpu.ctx.bind_to_thread()?;
     // SAFETY: `config` and its attributes outlive the call, which only reads them.
@@ -189,7 +189,7 @@ impl Persistent {
         if self.cluster {
             attrs.push(cluster_attribute());
         }
-        let cfg = launch(self.blocks, self.smem.bytes);
+        let cfg = grid_config(self.blocks, self.smem.bytes);
         // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
@@ -215,7 +215,7 @@ fn cluster_attribute() -> sys::CUlaunchAttribute {
 }
 
 /// `blocks` blocks of [`THREADS`] with `smem` bytes of dynamic shared memory each.
-fn launch(blocks: u32, smem: usize) -> LaunchConfig {
+fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (THREADS as u32, 1, 1),
