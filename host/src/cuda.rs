@@ -22,6 +22,8 @@ pub struct Gpu {
     pub ptx: &'static EmbeddedPtx,
     /// Compute capability, major·10 + minor.
     pub sm: u32,
+    /// Multiprocessors (read once: launches size grids by it).
+    sms: u32,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
@@ -56,12 +58,14 @@ impl Gpu {
             .load_module(ptx.source.to_string().into())
             .with_context(|| format!("the driver rejected the embedded {} PTX", ptx.arch))?;
         let stream = ctx.new_stream()?;
+        let sms = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         Ok(Gpu {
             ctx,
             stream,
             module,
             ptx,
             sm,
+            sms,
             functions: Mutex::new(HashMap::new()),
         })
     }
@@ -88,8 +92,8 @@ impl Gpu {
         Ok(self.ctx.attribute(a)?)
     }
 
-    pub fn sm_count(&self) -> Result<u32> {
-        Ok(self.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
+    pub fn sm_count(&self) -> u32 {
+        self.sms
     }
 
     /// Most dynamic shared memory one block may use after opting in.

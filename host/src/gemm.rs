@@ -233,7 +233,7 @@ pub fn workspace_len(v: Version, p: &Problem) -> usize {
 /// per SM, each slice at least 4 K steps deep, at most 16 slices.
 pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
     let tiles = m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
-    let sms = gpu.sm_count()? as usize;
+    let sms = gpu.sm_count() as usize;
     Ok(if 2 * tiles > sms {
         1
     } else {
@@ -247,7 +247,7 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin()?;
-    let sms = gpu.sm_count()? as usize;
+    let sms = gpu.sm_count() as usize;
     let best_sm = TILE_CONFIGS
         .iter()
         .filter(|c| c.min_sm <= gpu.ptx.sm)
@@ -377,7 +377,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     )];
     let hopper = gpu.ptx.sm >= 90;
     let blocks = cfg.grid_dim.0 * cfg.grid_dim.1 * splits as u32;
-    let one_pass = hopper && blocks <= gpu.sm_count()?;
+    let one_pass = hopper && blocks <= gpu.sm_count();
     let mut args = [
         arg(&m),
         arg(&n),

@@ -91,7 +91,7 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
     // warps per scheduler that the register file leaves a GEMM with 64×64 warp tiles.
     let threads = 256u32;
     let iters = 1024u32;
-    let sms = gpu.sm_count()?;
+    let sms = gpu.sm_count();
     let sums = gpu.zeros::<f32>((4 * sms * threads) as usize)?;
     let ptr = dptr(&sums, &gpu.stream);
     for (per_sm, note) in [(4, ""), (1, ", 2 warps per scheduler")] {

@@ -219,7 +219,7 @@ fn info(gpu: &Gpu) -> Result<()> {
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
     println!("GPU:                {}", gpu.name()?);
     println!("compute capability: sm_{}", gpu.sm);
-    println!("multiprocessors:    {}", gpu.sm_count()?);
+    println!("multiprocessors:    {}", gpu.sm_count());
     println!(
         "memory:             {:.1} GiB total, {:.1} GiB free",
         gib(total),

@@ -137,7 +137,7 @@ impl<'g> Regression<'g> {
         let n_train = n * 4 / 5;
         let blocks = n_train
             .div_ceil(THREADS as usize)
-            .clamp(1, gpu.sm_count()? as usize * 8);
+            .clamp(1, gpu.sm_count() as usize * 8);
         let carve = |a: &mut Arena| -> Result<_> {
             Ok((
                 a.alloc::<f32>(n)?,

@@ -60,8 +60,7 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Resu
                 "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
             )
         } else {
-            let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
-            let resident = resident_blocks(gpu, &f, bytes)?;
+            let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes)?;
             let blocks = PARTS * hidden / UNITS;
             if blocks > resident {
                 format!(
@@ -75,16 +74,23 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Resu
     Ok(Some(why))
 }
 
-/// How many blocks can be resident at once: whole clusters of them on Hopper.
-fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
+/// The kernel for accumulator `acc`, allowed `smem` bytes of dynamic shared memory.
+fn function(gpu: &Gpu, acc: Accum, smem: usize) -> Result<CudaFunction> {
+    let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
     )?;
+    Ok(f)
+}
+
+/// How many blocks of `f` (with `smem` bytes each) can be resident at once: whole clusters of
+/// them on Hopper.
+fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
     if !clustered(gpu.ptx.sm) {
         let per_sm =
             f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
-        return Ok(per_sm as usize * gpu.sm_count()? as usize);
+        return Ok(per_sm as usize * gpu.sm_count() as usize);
     }
     let mut attrs = [cluster_attribute()];
     let config = gpu.launch_config(grid_config(PARTS as u32, smem), &mut attrs);
@@ -105,14 +111,10 @@ impl Persistent {
         batch: usize,
         acc: Accum,
     ) -> Result<Persistent> {
-        let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
         let smem = Smem::new(batch, sizes[0]);
+        let f = function(gpu, acc, smem.bytes)?;
         let slices = sizes[1] / UNITS;
         let blocks = PARTS * slices;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem.bytes as i32,
-        )?;
         let cluster = clustered(gpu.ptx.sm);
         let (exchange, counters) = if cluster {
             (0, 1)
