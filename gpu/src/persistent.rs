@@ -905,11 +905,12 @@ mod kernel {
                 // Softmax cross-entropy, two threads per row, eight classes each (partners are
                 // adjacent lanes); the gradient of the logits, scaled by 1/batch, goes to shared
                 // memory in fp16. Every tile thread runs it (the shuffles need whole warps);
-                // threads past the block's rows compute on row 0 and store zeros.
+                // threads past the block's rows compute on the batch's row 0 and store zeros.
+                // (Not on this block's row 0: a block with no rows has it past the batch.)
                 const HALF: usize = MAX_CLASSES / 2;
                 let (r, side) = (tid / 2, tid % 2);
                 let valid = r < mine;
-                let row = unsafe { sums.add((r0 + if valid { r } else { 0 }) * cn) };
+                let row = unsafe { sums.add(if valid { r0 + r } else { 0 } * cn) };
                 let c0 = HALF * side;
                 let mut q = [0i64; HALF];
                 for c in 0..HALF {
