@@ -52,11 +52,11 @@ fn main() {
     std::fs::write(out.join("ptx.rs"), table).unwrap();
 }
 
-/// Hopper's bulk copies and mbarrier transaction counts need PTX 8.0; rustc's default for
-/// sm_90 is 7.8.
+/// Hopper's bulk copies and mbarrier transaction counts need PTX 8.0, and `st.async` (the
+/// persistent kernel's messages to its partner block) 8.1; rustc's default for sm_90 is 7.8.
 fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
     let ptx_isa = if sm >= 90 {
-        " -C target-feature=+ptx80"
+        " -C target-feature=+ptx81"
     } else {
         ""
     };

@@ -17,8 +17,8 @@ pub fn opaque(x: u32) -> u32 {
     o
 }
 
-/// Programmatic dependent launch exists in this build (sm_90 PTX, ISA 8.0).
-const DEPENDENT_LAUNCH: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx80"));
+/// Programmatic dependent launch exists in this build (sm_90 PTX, ISA 8.1).
+const DEPENDENT_LAUNCH: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
 
 /// Lets a kernel launched after this one as a dependent launch start before this grid ends:
 /// its blocks may be scheduled, and run up to their [`wait_for_prior_grids`], once every block

@@ -3,7 +3,8 @@
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
 //! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
-//! and draining them. Here a step costs two barriers: one of the grid, one of a pair of blocks.
+//! and draining them. Here blocks meet twice a step: all of them at a grid barrier, and each
+//! pair of blocks at the exchange of their gradients.
 //!
 //! Decomposition: the hidden units are cut in slices of 8 (one n = 8 `mma` tile) and the batch
 //! in two halves; block `2s + h` owns slice `s` for half `h`. Each block holds its slice's
@@ -16,11 +17,11 @@
 //!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
 //! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
 //!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
-//! - the two blocks of a slice exchange their shares (pair barrier), add them (IEEE addition
-//!   is commutative: both get the same sums) and apply the same SGD update to their copies.
-//!   On Hopper the pair is a thread-block cluster: the shares go straight into the partner's
-//!   shared memory and the pair barrier is the cluster's; elsewhere they go through global
-//!   memory and the barrier is a counter there.
+//! - the two blocks of a slice exchange their shares, add them (IEEE addition is commutative:
+//!   both get the same sums) and apply the same SGD update to their copies. On Hopper the pair
+//!   is a thread-block cluster: the shares go straight into the partner's shared memory as
+//!   `st.async` messages, which its `mbarrier` counts until all have arrived; elsewhere they go
+//!   through global memory and the pair meets at a counter there.
 //!
 //! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
 //! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
@@ -52,7 +53,7 @@ const _: () = assert!(
 pub const PARTS: usize = 2;
 
 /// Whether the kernel built for `sm` is launched with each slice's blocks as a cluster (the
-/// Hopper build: `build.rs` compiles sm_90 with PTX 8.0).
+/// Hopper build: `build.rs` compiles sm_90 with PTX 8.1).
 pub const fn clustered(sm: u32) -> bool {
     sm >= 90
 }
@@ -130,8 +131,8 @@ pub struct Smem {
     /// On Hopper, where the partner block writes its shares of dW2, db2 and db1 (f32,
     /// [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
     pub xch: usize,
-    /// Two `mbarrier` objects (u64), one per batch buffer: where Hopper's bulk copies report
-    /// their bytes.
+    /// Three `mbarrier` objects (u64): one per batch buffer, where Hopper's bulk copies report
+    /// their bytes, and one where the partner's shares report theirs.
     pub mbar: usize,
     pub bytes: usize,
 }
@@ -170,7 +171,7 @@ impl Smem {
             params,
             xch,
             mbar,
-            bytes: mbar + 16,
+            bytes: mbar + 24,
         }
     }
 }
@@ -303,7 +304,7 @@ mod kernel {
         unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
     }
 
-    /// Hopper builds (sm_90, PTX 8.0) use two of its features:
+    /// Hopper builds (sm_90, PTX 8.1) use two of its features:
     /// - bulk copies (`cp.async.bulk`: the copy engine moves whole rows and reports their bytes
     ///   at the buffer's `mbarrier`) fetch the next batch, so the loader warps issue one
     ///   instruction per row instead of stalling on 16-byte `cp.async` pieces. They are issued
@@ -312,11 +313,11 @@ mod kernel {
     /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
     ///   into its partner's shared memory and they meet at the cluster's hardware barrier,
     ///   instead of a round trip through L2 and a barrier polled in global memory.
-    const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx80"));
+    const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
 
-    /// Hopper's instructions (sm_90, PTX ISA 8.0), called only where [`HOPPER`] holds.
+    /// Hopper's instructions (sm_90, PTX ISA 8.1), called only where [`HOPPER`] holds.
     #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx80")),
+        not(all(target_feature = "sm_90", target_feature = "ptx81")),
         allow(dead_code)
     )]
     mod hopper {
@@ -391,11 +392,50 @@ mod kernel {
             a
         }
 
+        /// Stores into the partner's shared memory (an address from [`peer_addr`]) and counts
+        /// the bytes at its `mbarrier` `bar` (also from [`peer_addr`]): 4, 8 or 16 bytes.
         #[inline(always)]
-        pub fn st_peer_u32(addr: u32, v: u32) {
+        pub fn st_async_u32(addr: u32, v: u32, bar: u32) {
             unsafe {
-                asm!("st.shared::cluster.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
+                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [{a}], {v}, [{b}];",
+                     a = in(reg32) addr, v = in(reg32) v, b = in(reg32) bar, options(nostack));
+            }
+        }
+
+        #[inline(always)]
+        pub fn st_async_v2(addr: u32, v: [u32; 2], bar: u32) {
+            unsafe {
+                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [{a}], {{{x}, {y}}}, [{b}];",
+                     a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], b = in(reg32) bar,
                      options(nostack));
+            }
+        }
+
+        #[inline(always)]
+        pub fn st_async_v4(addr: u32, v: [u32; 4], bar: u32) {
+            unsafe {
+                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}}, [{b}];",
+                     a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2],
+                     w = in(reg32) v[3], b = in(reg32) bar, options(nostack));
+            }
+        }
+
+        /// [`mbar_wait`] for a phase that another block's [`st_async_u32`] stores complete:
+        /// their data is visible after it.
+        #[inline(always)]
+        pub fn mbar_wait_cluster(bar: u32, parity: u32) {
+            loop {
+                let done: u32;
+                unsafe {
+                    asm!("{{ .reg .pred p;",
+                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph};",
+                         "selp.u32 {d}, 1, 0, p; }}",
+                         d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                         options(nostack));
+                }
+                if done != 0 {
+                    break;
+                }
             }
         }
 
@@ -685,7 +725,8 @@ mod kernel {
         zero(lay.dh + mine * UNITS * 2, lay.dh + rows32 * UNITS * 2);
         // The partner writes into this block's shared memory only after a grid barrier, by
         // which this block has long started; the cluster barrier says so where a checker can
-        // see it (compute-sanitizer cannot follow a barrier polled in global memory).
+        // see it (compute-sanitizer cannot follow a barrier polled in global memory). It is
+        // the only cluster barrier: each step's shares are counted at an mbarrier.
         if HOPPER {
             cluster_sync();
         }
@@ -717,6 +758,8 @@ mod kernel {
         // its copy is issued, so the phase completes once every row has landed. The loader
         // thread of row `lt` fetches the row of example `s` into buffer `buf`.
         let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
+        // Bytes of the partner's shares each step (Hopper): dW1, then dW2 and db2, then db1.
+        let share_bytes = (ktiles * 2 * 32 * 4 + 2 * 4 * 32 * 4 + UNITS * 4) as u32;
         let bulk_row = |buf: usize, s: usize| {
             if lt < mine {
                 let dst = s0 + (lay.x + (buf * rows + lt) * lay.stride) as u32;
@@ -732,6 +775,11 @@ mod kernel {
                 for b in 0..2 {
                     mbar_init(mbar(b), mine.max(1) as u32);
                 }
+                // The partner's shares of the first step (the next ones are announced as each
+                // step's arrive): it sends them only after the grid barrier, which this block
+                // reaches after these lines.
+                mbar_init(mbar(2), 1);
+                mbar_expect(mbar(2), share_bytes);
             }
             sync_threads();
             if loader {
@@ -1040,14 +1088,30 @@ mod kernel {
                 red_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
                 red_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
-            // The small shares: word j of dW2, db2 (`[element][lane]` each), then db1; into the
-            // partner's shared memory on Hopper, else into this block's exchange area.
+            // The small shares: word j of dW2, db2 (`[lane][element]` each: a lane's four words
+            // are one message), then db1; into the partner's shared memory on Hopper, each
+            // message counted at its mbarrier, else into this block's exchange area.
             let xch_b = WARPS * TILES_PER_WARP * 2 * 32;
+            let partner_bar = if HOPPER { peer_addr(mbar(2), peer) } else { 0 };
             let give = |j: usize, v: f32| {
                 if HOPPER {
-                    st_peer_u32(peer_addr(sxch + 4 * j as u32, peer), v.to_bits());
+                    st_async_u32(
+                        peer_addr(sxch + 4 * j as u32, peer),
+                        v.to_bits(),
+                        partner_bar,
+                    );
                 } else {
                     unsafe { *my_xch.add(xch_b + j) = v.to_bits() };
+                }
+            };
+            let give4 = |j: usize, v: [f32; 4]| {
+                if HOPPER {
+                    let to = peer_addr(sxch + 4 * j as u32, peer);
+                    st_async_v4(to, v.map(f32::to_bits), partner_bar);
+                } else {
+                    for e in 0..4 {
+                        give(j + e, v[e]);
+                    }
                 }
             };
             let mut db1 = 0.0;
@@ -1071,10 +1135,8 @@ mod kernel {
                         mma_m16n8k16_f32(&mut db, a, ONES);
                     }
                 }
-                for e in 0..4 {
-                    give(e * 32 + l, dw[e]);
-                    give(128 + e * 32 + l, db[e]);
-                }
+                give4(4 * l, dw);
+                give4(128 + 4 * l, db);
             }
             let bf = unit_frags(sdh, rows);
             let mut acc = [A::ZERO; TILES_PER_WARP];
@@ -1092,25 +1154,33 @@ mod kernel {
                 }
             }
             // dW1 as fp16 pairs (the layered path keeps weight gradients in fp16 too), word
-            // `[tile][pair][lane]`: each warp writes 128 contiguous bytes. On Hopper they go
-            // into the partner's fp16 W1 copy, which is free from its forward (before the grid
-            // barrier) until its update (16·dim bytes of shares, 16·dim or more of W1).
-            let xch_w1 = |mt: usize, p: usize| (mt * 2 + p) * 32 + l;
+            // `[tile][lane][pair]`: a lane's two pairs are one message, and each warp writes 256
+            // contiguous bytes. On Hopper they go into the partner's fp16 W1 copy, which is free
+            // from its forward (before the grid barrier) until its update (16·dim bytes of
+            // shares, 16·dim or more of W1).
+            let xch_w1 = |mt: usize, p: usize| (mt * 32 + l) * 2 + p;
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
-                    for p in 0..2 {
-                        let pair = pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1));
-                        if HOPPER {
-                            st_peer_u32(peer_addr(sw1 + 4 * xch_w1(mt, p) as u32, peer), pair);
-                        } else {
-                            unsafe { *my_xch.add(xch_w1(mt, p)) = pair };
+                    let pairs = [0, 1].map(|p| pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1)));
+                    if HOPPER {
+                        let to = peer_addr(sw1 + 4 * xch_w1(mt, 0) as u32, peer);
+                        st_async_v2(to, pairs, partner_bar);
+                    } else {
+                        for p in 0..2 {
+                            unsafe { *my_xch.add(xch_w1(mt, p)) = pairs[p] };
                         }
                     }
                 }
             }
+            // On Hopper, the partner's shares have all arrived once their bytes have (no barrier
+            // of the pair: the grid barrier already orders the reuse of the buffers); the next
+            // step's are announced at once (they follow the next grid barrier).
             if HOPPER {
-                cluster_sync();
+                mbar_wait_cluster(mbar(2), k % 2);
+                if tid == 0 && k + 1 < steps {
+                    mbar_expect(mbar(2), share_bytes);
+                }
             } else {
                 barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
             }
@@ -1146,8 +1216,8 @@ mod kernel {
             let (mut tdw, mut tdb, mut tdb1) = ([0.0f32; 4], [0.0f32; 4], 0.0);
             if w == WARPS - 1 {
                 for e in 0..4 {
-                    tdw[e] = take(e * 32 + l);
-                    tdb[e] = take(128 + e * 32 + l);
+                    tdw[e] = take(4 * l + e);
+                    tdb[e] = take(128 + 4 * l + e);
                 }
             }
             if tid < UNITS {

@@ -25,7 +25,7 @@ pub struct Persistent {
     /// Hopper, where they go straight into the partner's shared memory).
     exchange: Buf<u32>,
     /// Arrival counts of the grid barrier, then of each slice's pair barrier (the grid's alone
-    /// on Hopper, where pairs meet at the cluster barrier); zeroed before each launch.
+    /// on Hopper, whose pairs exchange through shared memory); zeroed before each launch.
     counters: Buf<u32>,
 }
 
