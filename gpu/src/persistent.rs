@@ -131,8 +131,9 @@ pub struct Smem {
     /// On Hopper, where the partner block writes its shares of dW2, db2 and db1 (f32,
     /// [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
     pub xch: usize,
-    /// Three `mbarrier` objects (u64): one per batch buffer, where Hopper's bulk copies report
-    /// their bytes, and one where the partner's shares report theirs.
+    /// Three `mbarrier` objects (u64; the region is padded to 16 bytes): one per batch buffer,
+    /// where Hopper's bulk copies report their bytes, and one where the partner's shares report
+    /// theirs.
     pub mbar: usize,
     pub bytes: usize,
 }
@@ -171,7 +172,7 @@ impl Smem {
             params,
             xch,
             mbar,
-            bytes: mbar + 24,
+            bytes: mbar + 32,
         }
     }
 }
