@@ -312,8 +312,9 @@ mod kernel {
     ///   as the forward starts, when no other global traffic is in flight: issued right after
     ///   dW1 instead, they delayed the exchange and made the step slower;
     /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
-    ///   into its partner's shared memory and they meet at the cluster's hardware barrier,
-    ///   instead of a round trip through L2 and a barrier polled in global memory.
+    ///   into its partner's shared memory as `st.async` messages, which the partner's
+    ///   `mbarrier` counts, instead of a round trip through L2 and a barrier polled in global
+    ///   memory.
     const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
 
     /// Hopper's instructions (sm_90, PTX ISA 8.1), called only where [`HOPPER`] holds.
@@ -343,17 +344,27 @@ mod kernel {
             }
         }
 
-        /// Waits until the phase of `bar` with this parity has completed.
+        /// Waits until the phase of `bar` with this parity has completed. `CLUSTER`: the phase
+        /// is completed by another block's [`st_async_u32`] stores, which must be visible after
+        /// it (acquire at cluster scope; the copy engine's bytes need only the block's).
         #[inline(always)]
-        pub fn mbar_wait(bar: u32, parity: u32) {
+        pub fn mbar_wait<const CLUSTER: bool>(bar: u32, parity: u32) {
             loop {
                 let done: u32;
                 unsafe {
-                    asm!("{{ .reg .pred p;",
-                         "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
-                         "selp.u32 {d}, 1, 0, p; }}",
-                         d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
-                         options(nostack));
+                    if CLUSTER {
+                        asm!("{{ .reg .pred p;",
+                             "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph};",
+                             "selp.u32 {d}, 1, 0, p; }}",
+                             d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                             options(nostack));
+                    } else {
+                        asm!("{{ .reg .pred p;",
+                             "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
+                             "selp.u32 {d}, 1, 0, p; }}",
+                             d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
+                             options(nostack));
+                    }
                 }
                 if done != 0 {
                     break;
@@ -418,25 +429,6 @@ mod kernel {
                 asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}}, [{b}];",
                      a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2],
                      w = in(reg32) v[3], b = in(reg32) bar, options(nostack));
-            }
-        }
-
-        /// [`mbar_wait`] for a phase that another block's [`st_async_u32`] stores complete:
-        /// their data is visible after it.
-        #[inline(always)]
-        pub fn mbar_wait_cluster(bar: u32, parity: u32) {
-            loop {
-                let done: u32;
-                unsafe {
-                    asm!("{{ .reg .pred p;",
-                         "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph};",
-                         "selp.u32 {d}, 1, 0, p; }}",
-                         d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
-                         options(nostack));
-                }
-                if done != 0 {
-                    break;
-                }
             }
         }
 
@@ -760,7 +752,7 @@ mod kernel {
         // thread of row `lt` fetches the row of example `s` into buffer `buf`.
         let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
         // Bytes of the partner's shares each step (Hopper): dW1, then dW2 and db2, then db1.
-        let share_bytes = (ktiles * 2 * 32 * 4 + 2 * 4 * 32 * 4 + UNITS * 4) as u32;
+        let share_bytes = ((ktiles * 2 * 32 + SMALL_SHARES) * 4) as u32;
         let bulk_row = |buf: usize, s: usize| {
             if lt < mine {
                 let dst = s0 + (lay.x + (buf * rows + lt) * lay.stride) as u32;
@@ -808,7 +800,7 @@ mod kernel {
             }
             sync_threads();
             if HOPPER {
-                mbar_wait(mbar(cur), (k / 2) % 2);
+                mbar_wait::<false>(mbar(cur), (k / 2) % 2);
             }
             // Index arithmetic is redone each step from values the optimiser cannot see through:
             // hoisted out of the loop, its dozens of invariant offsets would each hold a
@@ -1178,7 +1170,7 @@ mod kernel {
             // of the pair: the grid barrier already orders the reuse of the buffers); the next
             // step's are announced at once (they follow the next grid barrier).
             if HOPPER {
-                mbar_wait_cluster(mbar(2), k % 2);
+                mbar_wait::<true>(mbar(2), k % 2);
                 if tid == 0 && k + 1 < steps {
                     mbar_expect(mbar(2), share_bytes);
                 }
