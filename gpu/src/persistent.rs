@@ -958,8 +958,12 @@ mod kernel {
                 let row = unsafe { sums.add(if valid { r0 + r } else { 0 } * cn) };
                 let c0 = HALF * side;
                 let mut q = [0i64; HALF];
+                // Classes past the last are not loaded (their values are unused): each sum is
+                // read once per row.
                 for c in 0..HALF {
-                    q[c] = ld_cg_i64(unsafe { row.add((c0 + c).min(cn - 1)) });
+                    if c0 + c < cn {
+                        q[c] = ld_cg_i64(unsafe { row.add(c0 + c) });
+                    }
                 }
                 let poisoned = ld_cg_i64(unsafe { sums.add(slot - 1) }) != 0;
                 let label = if valid {
