@@ -27,24 +27,13 @@ pub unsafe extern "ptx-kernel" fn bias_act_f16(
 }
 
 /// Finishes a split-K GEMM: `C = act(alpha·Σ_z ws[z] + beta·C + bias)` over `splits` fp32
-/// partial products of `m × n`, summed in a fixed order so results repeat bit for bit.
+/// partial products of `m × n`, summed in a fixed order so results repeat bit for bit. `p` is
+/// the GEMM's arguments (only its epilogue's fields are read).
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn splitk_reduce(
-    ws: *const f32,
-    splits: u32,
-    m: u32,
-    n: u32,
-    c: *mut u16,
-    ldc: u32,
-    bias: *const u16,
-    alpha: f32,
-    beta: f32,
-    relu: u32,
-) {
+pub unsafe extern "ptx-kernel" fn splitk_reduce(ws: *const f32, splits: u32, p: crate::gemm::Args) {
     // Launched as a dependent of the split GEMM on sm_90: its partial sums are complete here.
     wait_for_prior_grids();
-    let p = crate::gemm::Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
+    let (m, n, c, ldc) = (p.m, p.n, p.c, p.ldc);
     grid_stride(m * n, |e| {
         let mut acc = 0.0f32;
         for z in 0..splits {

@@ -409,20 +409,20 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         let f = gpu.function("splitk_reduce")?;
         let s = splits as u32;
         let cfg = crate::cuda::grid_1d(p.m * p.n, 256);
-        let mut args = [
-            arg(&ws),
-            arg(&s),
-            arg(&m),
-            arg(&n),
-            arg(&ptrs.c),
-            arg(&ldc),
-            arg(&ptrs.bias),
-            arg(&p.alpha),
-            arg(&p.beta),
-            arg(&relu),
-        ];
+        let epilogue = gpu::gemm::Args::epilogue_only(
+            m,
+            n,
+            ptrs.c as *mut u16,
+            ldc,
+            ptrs.bias as *const u16,
+            p.alpha,
+            p.beta,
+            relu,
+        );
+        let mut args = [arg(&ws), arg(&s), arg(&epilogue)];
         // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types
-        // (pointers as u64); the caller keeps the buffers alive as for any launch.
+        // (the device addresses in `epilogue` are only read on the device); the caller keeps
+        // the buffers alive as for any launch.
         unsafe { gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(hopper)], &mut args) }?;
     }
     Ok(())
@@ -660,6 +660,28 @@ pub fn accum_of(v: Version) -> Accum {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `splitk_reduce` takes the GEMM's arguments as one by-value parameter of
+    /// `size_of::<gemm::Args>()` bytes, aligned as the struct: host and kernel agree on the ABI.
+    #[test]
+    fn splitk_reduce_takes_gemm_args() {
+        for p in crate::ptx::EMBEDDED {
+            let entry = ".entry splitk_reduce(";
+            let at = p.source.find(entry).unwrap_or_else(|| panic!("{}", p.arch));
+            let params = &p.source[at + entry.len()..];
+            let last = params[..params.find(')').unwrap()].lines().last().unwrap();
+            assert_eq!(
+                last.trim(),
+                format!(
+                    ".param .align {} .b8 splitk_reduce_param_2[{}]",
+                    std::mem::align_of::<gpu::gemm::Args>(),
+                    std::mem::size_of::<gpu::gemm::Args>()
+                ),
+                "{}",
+                p.arch
+            );
+        }
+    }
 
     #[test]
     fn validation_rejects_bad_shapes_and_buffers() {

@@ -161,7 +161,10 @@ pub fn tensor_kernel(config: &TileConfig, layout: Layout, acc: Accum) -> String 
 }
 
 /// Arguments every GEMM kernel takes, in this order (fp16 pointers as raw `u16` bits).
-#[derive(Clone, Copy)]
+/// `splitk_reduce` takes them as one parameter (its epilogue's fields), so the layout is
+/// `#[repr(C)]`: the same on the host, which builds it, and on the device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct Args {
     pub m: u32,
     pub n: u32,
