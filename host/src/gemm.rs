@@ -346,9 +346,22 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
             cfg.shared_mem_bytes as i32,
         )?;
     }
-    let (m, n, k) = (p.m as u32, p.n as u32, p.k as u32);
-    let (lda, ldb, ldc) = (p.lda as u32, p.ldb as u32, p.ldc as u32);
-    let relu = p.relu as u32;
+    // The kernel's parameters (device addresses as the pointers the kernel reads).
+    let params = gpu::gemm::Args {
+        m: p.m as u32,
+        n: p.n as u32,
+        k: p.k as u32,
+        a: ptrs.a as *const u16,
+        lda: p.lda as u32,
+        b: ptrs.b as *const u16,
+        ldb: p.ldb as u32,
+        c: ptrs.c as *mut u16,
+        ldc: p.ldc as u32,
+        bias: ptrs.bias as *const u16,
+        alpha: p.alpha,
+        beta: p.beta,
+        relu: p.relu as u32,
+    };
     let (k_slice, splits) = match v {
         Version::Tensor(c, _) => split_slices(p, c),
         _ => {
@@ -379,24 +392,24 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     let blocks = cfg.grid_dim.0 * cfg.grid_dim.1 * splits as u32;
     let one_pass = hopper && blocks <= gpu.sm_count();
     let mut args = [
-        arg(&m),
-        arg(&n),
-        arg(&k),
-        arg(&ptrs.a),
-        arg(&lda),
-        arg(&ptrs.b),
-        arg(&ldb),
-        arg(&ptrs.c),
-        arg(&ldc),
-        arg(&ptrs.bias),
-        arg(&p.alpha),
-        arg(&p.beta),
-        arg(&relu),
+        arg(&params.m),
+        arg(&params.n),
+        arg(&params.k),
+        arg(&params.a),
+        arg(&params.lda),
+        arg(&params.b),
+        arg(&params.ldb),
+        arg(&params.c),
+        arg(&params.ldc),
+        arg(&params.bias),
+        arg(&params.alpha),
+        arg(&params.beta),
+        arg(&params.relu),
         arg(&ws),
         arg(&k_slice),
     ];
-    // SAFETY: the arguments are the kernel's parameters, in order and of its types (pointers
-    // as u64; SIMT kernels take the first 13); the caller keeps the buffers alive.
+    // SAFETY: the arguments are the kernel's parameters, in order and of its types (SIMT
+    // kernels take the first 13); the caller keeps the buffers alive.
     unsafe {
         if matches!(v, Version::Tensor(..)) {
             cfg.grid_dim.2 = splits as u32;
@@ -409,20 +422,9 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         let f = gpu.function("splitk_reduce")?;
         let s = splits as u32;
         let cfg = crate::cuda::grid_1d(p.m * p.n, 256);
-        let epilogue = gpu::gemm::Args::epilogue_only(
-            m,
-            n,
-            ptrs.c as *mut u16,
-            ldc,
-            ptrs.bias as *const u16,
-            p.alpha,
-            p.beta,
-            relu,
-        );
-        let mut args = [arg(&ws), arg(&s), arg(&epilogue)];
-        // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types
-        // (the device addresses in `epilogue` are only read on the device); the caller keeps
-        // the buffers alive as for any launch.
+        let mut args = [arg(&ws), arg(&s), arg(&params)];
+        // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types;
+        // the caller keeps the buffers alive as for any launch.
         unsafe { gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(hopper)], &mut args) }?;
     }
     Ok(())
