@@ -182,8 +182,8 @@ pub struct Args {
 }
 
 impl Args {
-    /// The arguments that matter to the epilogue alone (no operands): for code that finishes
-    /// an output outside the main kernel, such as the split-K reduction.
+    /// The arguments that matter to the epilogue alone (no operands): for the out-of-line
+    /// pair store, which takes them as scalars (registers) rather than the whole struct.
     #[allow(clippy::too_many_arguments)]
     pub const fn epilogue_only(
         m: u32,
