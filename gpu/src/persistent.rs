@@ -1191,7 +1191,7 @@ mod kernel {
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
-                    let pairs = [0, 1].map(|p| pack_h2(acc[i].get(2 * p), acc[i].get(2 * p + 1)));
+                    let pairs = acc[i].pairs();
                     if HOPPER {
                         let to = peer_addr(sw1 + 4 * xch_w1(mt, 0) as u32, peer);
                         st_async_v2(to, pairs, partner_bar);
@@ -1268,7 +1268,8 @@ mod kernel {
                         let (r, c) = mma_c(l, e);
                         // Both sides add the same fp16-rounded shares.
                         let half = tw1[i][e / 2] >> (16 * (e % 2));
-                        let g = round_h(acc[i].get(e)) + h2f(half as u16);
+                        let mine = acc[i].pairs()[e / 2] >> (16 * (e % 2));
+                        let g = h2f(mine as u16) + h2f(half as u16);
                         let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
                         sts_u16(w1_shared(mt, r, c), f2h(nw));
                     }

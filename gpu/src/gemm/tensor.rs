@@ -21,6 +21,9 @@ pub trait Acc: Copy {
     fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]);
     /// Element `e` (see [`crate::layout::mma_c`]) as f32.
     fn get(&self, e: usize) -> f32;
+    /// The elements rounded to fp16, as two `f16x2` pairs (elements 0-1, 2-3): for fp16
+    /// accumulators the registers themselves.
+    fn pairs(&self) -> [u32; 2];
 }
 
 impl Acc for [u32; 2] {
@@ -37,6 +40,10 @@ impl Acc for [u32; 2] {
     fn get(&self, e: usize) -> f32 {
         h2f((self[e / 2] >> (16 * (e % 2))) as u16)
     }
+    #[inline(always)]
+    fn pairs(&self) -> [u32; 2] {
+        *self
+    }
 }
 
 impl Acc for [f32; 4] {
@@ -52,6 +59,10 @@ impl Acc for [f32; 4] {
     #[inline(always)]
     fn get(&self, e: usize) -> f32 {
         self[e]
+    }
+    #[inline(always)]
+    fn pairs(&self) -> [u32; 2] {
+        [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
     }
 }
 
