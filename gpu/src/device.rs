@@ -253,6 +253,17 @@ pub fn pack_h2(lo: f32, hi: f32) -> u32 {
     f2h(lo) as u32 | ((f2h(hi) as u32) << 16)
 }
 
+/// `f16x2` addition, round to nearest even.
+#[inline(always)]
+pub fn add_h2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("add.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+             options(pure, nomem, nostack))
+    };
+    r
+}
+
 #[inline(always)]
 pub fn unpack_h2(v: u32) -> (f32, f32) {
     (h2f(v as u16), h2f((v >> 16) as u16))

@@ -905,11 +905,19 @@ mod kernel {
                     let (a, b) = frag(ks);
                     acc[0].mma_k16(a, b);
                 }
-                for e in 0..4 {
-                    let mut v = unsafe { *b1h.add(2 * t + (e & 1)) };
-                    for a in &acc {
-                        v += a.get(e);
+                // The chains summed pairwise in the accumulator's precision (with fp16 ones, two
+                // elements an instruction).
+                const { assert!(CHAINS.is_power_of_two()) };
+                let mut span = 1;
+                while span < CHAINS {
+                    for c in (0..CHAINS).step_by(2 * span) {
+                        let other = acc[c + span];
+                        acc[c].add(&other);
                     }
+                    span *= 2;
+                }
+                for e in 0..4 {
+                    let v = unsafe { *b1h.add(2 * t + (e & 1)) } + acc[0].get(e);
                     // A ReLU that lets NaN through, so a diverged run shows in the loss.
                     hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
                 }

@@ -24,6 +24,8 @@ pub trait Acc: Copy {
     /// The elements rounded to fp16, as two `f16x2` pairs (elements 0-1, 2-3): for fp16
     /// accumulators the registers themselves.
     fn pairs(&self) -> [u32; 2];
+    /// Adds another accumulator of the same tile, in the accumulator's precision.
+    fn add(&mut self, other: &Self);
 }
 
 impl Acc for [u32; 2] {
@@ -44,6 +46,12 @@ impl Acc for [u32; 2] {
     fn pairs(&self) -> [u32; 2] {
         *self
     }
+    #[inline(always)]
+    fn add(&mut self, other: &Self) {
+        for i in 0..2 {
+            self[i] = add_h2(self[i], other[i]);
+        }
+    }
 }
 
 impl Acc for [f32; 4] {
@@ -63,6 +71,12 @@ impl Acc for [f32; 4] {
     #[inline(always)]
     fn pairs(&self) -> [u32; 2] {
         [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
+    }
+    #[inline(always)]
+    fn add(&mut self, other: &Self) {
+        for i in 0..4 {
+            self[i] += other[i];
+        }
     }
 }
 
