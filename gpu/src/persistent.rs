@@ -992,8 +992,8 @@ mod kernel {
                 let row = unsafe { sums.add(if valid { r0 + r } else { 0 } * logits_row(cn)) };
                 let c0 = HALF * side;
                 let mut q = [0i64; HALF];
-                // In pairs, 16 bytes a load (one load per sum measured 3.19 against 3.10 ms/epoch:
-                // issuing them took ~1,000 cycles after the grid barrier); pairs past the last
+                // In pairs, 16 bytes a load: one load per sum took ~1,000 cycles to issue after
+                // the grid barrier (3.24-3.27 against 3.18-3.20 ms/epoch). Pairs past the last
                 // class are not loaded.
                 for i in 0..HALF / 2 {
                     let c = 2 * i;
@@ -1253,8 +1253,8 @@ mod kernel {
             // W2 and b2 are updated by warps 4-7, one element of the dW2 (and db2) fragment
             // per thread, after their W1 tiles (warp 0 has one tile more). Warp 7, which
             // computes the fragments, updating all of them itself ended ~450 cycles after the
-            // other warps, which waited for it at the step's last barrier (3.30 ms/epoch
-            // against 3.21).
+            // other warps, which waited for it at the step's last barrier (3.30-3.34 ms/epoch
+            // against 3.24-3.27).
             let (e2, (c2, j2)) = (tid % 4, mma_c((tid / 4) % 32, tid % 4));
             let w2_thread = tid >= 128 && c2 < cn;
             let (mut gw2, mut gb2, mut tdb1) = (0.0f32, 0.0f32, 0.0);
