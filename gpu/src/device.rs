@@ -247,10 +247,20 @@ pub fn f2h(f: f32) -> u16 {
     r
 }
 
-/// Two f32 packed into one `f16x2` register (low half first).
+/// Two f32 packed into one `f16x2` register (low half first), round to nearest even: one
+/// instruction from sm_80 on.
 #[inline(always)]
 pub fn pack_h2(lo: f32, hi: f32) -> u32 {
-    f2h(lo) as u32 | ((f2h(hi) as u32) << 16)
+    if cfg!(target_feature = "sm_80") {
+        let r: u32;
+        unsafe {
+            asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) hi,
+                 lo = in(reg32) lo, options(pure, nomem, nostack))
+        };
+        r
+    } else {
+        f2h(lo) as u32 | ((f2h(hi) as u32) << 16)
+    }
 }
 
 /// `f16x2` addition, round to nearest even.

@@ -79,6 +79,20 @@ pub fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
     r
 }
 
+/// Two 8×8 b16 matrices, each transposed on the way: lane `l < 16` gives the address of row
+/// `l % 8` of matrix `l / 8`; one k16 step's B fragment of a K-major `[k][8]` tile.
+#[inline(always)]
+pub fn ldmatrix_x2_trans(addr: u32) -> [u32; 2] {
+    let r: [u32; 2];
+    unsafe {
+        let (r0, r1);
+        asm!("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{{r0}, {r1}}}, [{a}];",
+             r0 = out(reg32) r0, r1 = out(reg32) r1, a = in(reg32) addr, options(readonly, nostack));
+        r = [r0, r1];
+    }
+    r
+}
+
 /// Asynchronous 16-byte global→shared copy (sm_80+). `src_bytes` below 16 zero-fills the rest,
 /// so 0 writes zeros without reading global memory: how tile edges are padded.
 #[inline(always)]

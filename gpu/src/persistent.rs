@@ -105,12 +105,14 @@ pub struct Smem {
     /// Rows of the batch per block (half the batch, rounded up to the 16 of an `mma` tile);
     /// the rows a block does not fill hold zeros.
     pub rows: usize,
-    /// Bytes per row of the batch and of W1: an odd number of 16-byte chunks, so the eight rows
-    /// one `ldmatrix` phase reads fall in eight different bank groups.
+    /// Bytes per row of the batch: an odd number of 16-byte chunks, so the eight rows one
+    /// `ldmatrix` phase reads fall in eight different bank groups.
     pub stride: usize,
     /// Two buffers of the block's rows of the batch, fp16 `[2][rows][stride]`.
     pub x: usize,
-    /// The slice's rows of W1, fp16 `[UNITS][stride]`.
+    /// The slice's rows of W1, fp16 `[dim][UNITS]`: one 16-byte row per input, so the
+    /// forward's B fragments are `ldmatrix.trans` loads and an update stores a unit pair in
+    /// one word. On Hopper the partner's dW1 share (16·dim bytes) arrives here too.
     pub w1: usize,
     /// `H[:, s]` and `dH[:, s]`, fp16 `[rows rounded to 32][UNITS]` each.
     pub h: usize,
@@ -148,7 +150,7 @@ impl Smem {
         let stride = ((dim * 2).div_ceil(16) | 1) * 16;
         let x = 0;
         let w1 = x + 2 * rows * stride;
-        let h = w1 + UNITS * stride;
+        let h = w1 + dim * UNITS * 2;
         let dh = h + rows32 * UNITS * 2;
         let dl = dh + rows32 * UNITS * 2;
         let w2_cu = dl + rows * MAX_CLASSES * 2;
@@ -241,6 +243,8 @@ mod tests {
                 m.rows.is_multiple_of(16) && m.rows * PARTS >= batch && m.rows <= MAX_BATCH / PARTS
             );
             assert_eq!(m.w1 - m.x, 2 * m.rows * m.stride);
+            // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits W1's place.
+            assert!(m.h - m.w1 >= dim.div_ceil(16) * 32 * 2 * 4);
         }
     }
 
@@ -263,6 +267,7 @@ mod kernel {
     use crate::mma::*;
     use crate::shuffle::permute;
     use core::arch::asm;
+    use core::intrinsics::fmaf32;
 
     /// Fixed point of the logit sums: 32 fractional bits. Partial values beyond ±2^20 count as
     /// divergence, which keeps any sum of up to 2^11 slices inside an i64.
@@ -557,8 +562,8 @@ mod kernel {
     /// One SGD-with-momentum step of one parameter; returns the new weight.
     #[inline(always)]
     fn sgd(w: &mut f32, v: &mut f32, g: f32, lr: f32, momentum: f32) -> f32 {
-        *v = momentum * *v + g;
-        *w -= lr * *v;
+        *v = fmaf32(momentum, *v, g);
+        *w = fmaf32(-lr, *v, *w);
         *w
     }
 
@@ -622,7 +627,6 @@ mod kernel {
         let (sw2_cu, sw2_uc) = (s0 + lay.w2_cu as u32, s0 + lay.w2_uc as u32);
         let sxch = s0 + lay.xch as u32;
         let own = unsafe { base.add(lay.own) as *mut f32 };
-        let stride = lay.stride as u32;
         let (src, labels) = unsafe {
             (
                 base.add(lay.src) as *mut u32,
@@ -676,7 +680,7 @@ mod kernel {
         let w1_index =
             |mt: usize, r: usize, c: usize| (o_w1 + (j0 + c as u32) * dim) as usize + 16 * mt + r;
         let w1_shared =
-            |mt: usize, r: usize, c: usize| sw1 + c as u32 * stride + ((16 * mt + r) * 2) as u32;
+            |mt: usize, r: usize, c: usize| sw1 + (((16 * mt + r) * UNITS + c) * 2) as u32;
         let mut wm = [[0.0f32; 4]; TILES_PER_WARP];
         let mut wv = [[0.0f32; 4]; TILES_PER_WARP];
         for i in 0..TILES_PER_WARP {
@@ -872,12 +876,11 @@ mod kernel {
             if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
                 let a0 = sx + ((16 * w + mm) * lay.stride + 2 * kk) as u32;
-                let b0 = sw1 + g as u32 * stride + 4 * t as u32;
+                let b0 = sw1 + ((l % 16) * UNITS * 2) as u32;
                 let frag = |ks: usize| {
-                    let off = 32 * ks as u32;
                     (
-                        ldmatrix_x4(a0 + off),
-                        [lds_u32(b0 + off), lds_u32(b0 + off + 16)],
+                        ldmatrix_x4(a0 + 32 * ks as u32),
+                        ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32),
                     )
                 };
                 let mut acc = [A::ZERO; CHAINS];
@@ -1255,11 +1258,11 @@ mod kernel {
             // computes the fragments, updating all of them itself ended ~450 cycles after the
             // other warps, which waited for it at the step's last barrier (3.30-3.34 ms/epoch
             // against 3.24-3.27).
-            let (e2, (c2, j2)) = (tid % 4, mma_c((tid / 4) % 32, tid % 4));
+            let j = tid % 128;
+            let (c2, j2) = mma_c(j / 4, j % 4);
             let w2_thread = tid >= 128 && c2 < cn;
             let (mut gw2, mut gb2, mut tdb1) = (0.0f32, 0.0f32, 0.0);
             if w2_thread {
-                let j = 4 * ((tid - 128) / 4) + e2;
                 // Both sides add the same two shares (IEEE addition is commutative).
                 unsafe {
                     gw2 = *own.add(j) + take(j);
@@ -1272,14 +1275,18 @@ mod kernel {
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
-                    for e in 0..4 {
-                        let (r, c) = mma_c(l, e);
-                        // Both sides add the same fp16-rounded shares.
-                        let half = tw1[i][e / 2] >> (16 * (e % 2));
-                        let mine = acc[i].pairs()[e / 2] >> (16 * (e % 2));
-                        let g = h2f(mine as u16) + h2f(half as u16);
-                        let nw = sgd(&mut wm[i][e], &mut wv[i][e], g, lr, momentum);
-                        sts_u16(w1_shared(mt, r, c), f2h(nw));
+                    let mine = acc[i].pairs();
+                    for p in 0..2 {
+                        // Elements 2p and 2p + 1: one input, two adjacent units, one word of
+                        // W1. Both sides add the same fp16 shares (IEEE addition commutes).
+                        let g = A::add_pairs(mine[p], tw1[i][p]);
+                        let mut nw = [0.0; 2];
+                        for h in 0..2 {
+                            let e = 2 * p + h;
+                            nw[h] = sgd(&mut wm[i][e], &mut wv[i][e], g[h], lr, momentum);
+                        }
+                        let (r, c) = mma_c(l, 2 * p);
+                        sts_u32(w1_shared(mt, r, c), pack_h2(nw[0], nw[1]));
                     }
                 }
             }

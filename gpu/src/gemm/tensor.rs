@@ -26,6 +26,9 @@ pub trait Acc: Copy {
     fn pairs(&self) -> [u32; 2];
     /// Adds another accumulator of the same tile, in the accumulator's precision.
     fn add(&mut self, other: &Self);
+    /// The sum of two fp16 pairs (two shares of a gradient) in the accumulator's precision,
+    /// as f32.
+    fn add_pairs(a: u32, b: u32) -> [f32; 2];
 }
 
 impl Acc for [u32; 2] {
@@ -52,6 +55,11 @@ impl Acc for [u32; 2] {
             self[i] = add_h2(self[i], other[i]);
         }
     }
+    #[inline(always)]
+    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
+        let (lo, hi) = unpack_h2(add_h2(a, b));
+        [lo, hi]
+    }
 }
 
 impl Acc for [f32; 4] {
@@ -71,6 +79,11 @@ impl Acc for [f32; 4] {
     #[inline(always)]
     fn pairs(&self) -> [u32; 2] {
         [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
+    }
+    #[inline(always)]
+    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
+        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
+        [a0 + b0, a1 + b1]
     }
     #[inline(always)]
     fn add(&mut self, other: &Self) {
