@@ -104,6 +104,13 @@ pub fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// `__syncwarp()`: every lane of the warp reaches this point, and the shared-memory accesses
+/// before it are visible to the whole warp after it.
+#[inline(always)]
+pub fn sync_warp() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
 /// The block's dynamic shared memory (size chosen at launch), typed as `T`.
 #[inline(always)]
 pub fn dynamic_shared<T>() -> *mut T {

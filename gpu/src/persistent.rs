@@ -306,7 +306,7 @@ mod kernel {
             // The rest of warp 0 waits here for lane 0, so the warp reaches the block barrier
             // whole: `bar.sync` counts warps, and a warp arriving split would be counted for
             // the next round too.
-            unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+            sync_warp();
         }
         sync();
     }
@@ -825,12 +825,15 @@ mod kernel {
             let step = step0 + k;
             let cur = (k % 2) as usize;
             let sums = unsafe { logits.add((k as usize % LOGIT_SLOTS) * slot) };
-            if loader && !HOPPER {
-                cp_async_wait::<0>();
-            }
-            sync_threads();
+            // On Hopper the block barrier that ended the previous step suffices: the batch's
+            // mbarrier says when its rows have landed.
             if HOPPER {
                 mbar_wait::<false>(mbar(cur), (k / 2) % 2);
+            } else {
+                if loader {
+                    cp_async_wait::<0>();
+                }
+                sync_threads();
             }
             // Index arithmetic is redone each step from values the optimiser cannot see through:
             // hoisted out of the loop, its dozens of invariant offsets would each hold a
@@ -937,6 +940,11 @@ mod kernel {
                 // Partial logits H·W2[:, s]ᵀ: the H fragment is the A fragment of an m16n8k8
                 // product over the 8 units; fixed-point adds into this step's sums.
                 let a = [pack_h2(hf[0], hf[1]), pack_h2(hf[2], hf[3])];
+                // The sums of the thread's rows (g and g + 8 of the tile), and the count of
+                // values that were not finite or too large for the fixed point.
+                let row_sums =
+                    [0, 8].map(|h| sums.wrapping_add((r0 + 16 * w + g + h) * logits_row(cn)));
+                let poison = sums.wrapping_add(slot - 2);
                 for nt in 0..MAX_CLASSES / 8 {
                     if 8 * nt < cn {
                         let b = lds_u32(sw2_cu + (((8 * nt + g) * UNITS + 2 * t) * 2) as u32);
@@ -944,20 +952,17 @@ mod kernel {
                         mma_m16n8k8_f32(&mut d, a, b);
                         for e in 0..4 {
                             let (r, c) = mma_c(l, e);
-                            let (row, class) = (16 * w + r, 8 * nt + c);
-                            if row < mine && class < cn {
+                            let (row, class) = ((16 * w + r) as u32, (8 * nt + c) as u32);
+                            if row < mine as u32 && class < cn as u32 {
                                 let v = d[e];
-                                let at = if v.abs() < FIX_LIMIT {
-                                    (r0 + row) * logits_row(cn) + class
+                                let (at, add) = if v.abs() < FIX_LIMIT {
+                                    // In range: the conversion needs no saturation.
+                                    let fixed = unsafe { (v * FIX).to_int_unchecked::<i64>() };
+                                    (row_sums[e / 2].wrapping_add(class as usize), fixed)
                                 } else {
-                                    slot - 2
+                                    (poison, 1)
                                 };
-                                let add = if v.abs() < FIX_LIMIT {
-                                    (v * FIX) as i64
-                                } else {
-                                    1
-                                };
-                                red_add_i64(unsafe { sums.add(at) }, add);
+                                red_add_i64(at, add);
                             }
                         }
                     }
@@ -1249,9 +1254,10 @@ mod kernel {
                     }
                 }
             }
-            // On Hopper the new weights overwrite the shares just read.
+            // On Hopper the new weights overwrite the shares just read: tile mt's words of both
+            // are bytes 256·mt.. of the W1 area, which only warp mt % 8 reads and writes.
             if HOPPER {
-                sync_threads();
+                sync_warp();
             }
             // W2 and b2 are updated by warps 4-7, one element of the dW2 (and db2) fragment
             // per thread, after their W1 tiles (warp 0 has one tile more). Warp 7, which
