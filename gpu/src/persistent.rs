@@ -988,22 +988,25 @@ mod kernel {
                 let sync = if HOPPER { sync_threads } else { tiles_sync };
                 barrier(grid_count, blocks * (k + 1), sync);
             }
-            if !loader {
-                // Softmax cross-entropy, two threads per row, eight classes each (partners are
-                // adjacent lanes); the gradient of the logits, scaled by 1/batch, goes to shared
-                // memory in fp16. Every tile thread runs it (the shuffles need whole warps);
-                // threads past the block's rows compute on the batch's row 0 and store zeros.
-                // (Not on this block's row 0: a block with no rows has it past the batch.)
-                const HALF: usize = MAX_CLASSES / 2;
-                let (r, side) = (tid / 2, tid % 2);
+            // Softmax cross-entropy, SPLIT threads per row (adjacent lanes), MAX_CLASSES / SPLIT
+            // classes each; the gradient of the logits, scaled by 1/batch, goes to shared memory
+            // in fp16. On Hopper all eight warps take part (the loader warps are free once the
+            // grid barrier has passed), elsewhere the tile warps. Every such thread runs it (the
+            // shuffles need whole warps); threads past the block's rows compute on the batch's
+            // row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
+            // past the batch.)
+            const SPLIT: usize = if HOPPER { 4 } else { 2 };
+            const PER: usize = MAX_CLASSES / SPLIT;
+            if HOPPER || !loader {
+                let (r, side) = (tid / SPLIT, tid % SPLIT);
                 let valid = r < mine;
                 let row = unsafe { sums.add(if valid { r0 + r } else { 0 } * logits_row(cn)) };
-                let c0 = HALF * side;
-                let mut q = [0i64; HALF];
+                let c0 = PER * side;
+                let mut q = [0i64; PER];
                 // In pairs, 16 bytes a load: one load per sum took ~1,000 cycles to issue after
                 // the grid barrier (3.24-3.27 against 3.18-3.20 ms/epoch). Pairs past the last
                 // class are not loaded.
-                for i in 0..HALF / 2 {
+                for i in 0..PER / 2 {
                     let c = 2 * i;
                     if c0 + c < cn {
                         [q[c], q[c + 1]] = ld_cg_v2_i64(unsafe { row.add(c0 + c) });
@@ -1015,8 +1018,8 @@ mod kernel {
                 } else {
                     0
                 };
-                let mut z = [f32::NEG_INFINITY; HALF];
-                for c in 0..HALF {
+                let mut z = [f32::NEG_INFINITY; PER];
+                for c in 0..PER {
                     if c0 + c < cn {
                         let v = q[c] as f32 / FIX + unsafe { *b2h.add(c0 + c) };
                         z[c] = if poisoned { f32::NAN } else { v };
@@ -1024,19 +1027,23 @@ mod kernel {
                 }
                 // Arg-max: the first maximum, as a sequential scan would find it.
                 let (mut max, mut arg) = (z[0], c0);
-                for c in 1..HALF {
+                for c in 1..PER {
                     if z[c] > max {
                         (max, arg) = (z[c], c0 + c);
                     }
                 }
-                let (o_max, o_arg) = (shfl_xor_f32(max, 1), shfl_xor_u32(arg as u32, 1) as usize);
-                let other_first = side == 1;
-                if o_max > max || (o_max == max && other_first) {
-                    (max, arg) = (o_max, o_arg);
+                let mut m = 1;
+                while m < SPLIT {
+                    let o_max = shfl_xor_f32(max, m as u32);
+                    let o_arg = shfl_xor_u32(arg as u32, m as u32) as usize;
+                    if o_max > max || (o_max == max && o_arg < arg) {
+                        (max, arg) = (o_max, o_arg);
+                    }
+                    m *= 2;
                 }
-                let mut e = [0.0f32; HALF];
+                let mut e = [0.0f32; PER];
                 let (mut sum, mut zl) = (0.0, 0.0);
-                for c in 0..HALF {
+                for c in 0..PER {
                     if c0 + c < cn {
                         e[c] = exp2((z[c] - max) * LOG2_E);
                         sum += e[c];
@@ -1045,8 +1052,13 @@ mod kernel {
                         zl = z[c];
                     }
                 }
-                // Both partners get the same totals: IEEE addition is commutative.
-                let (sum, zl) = (sum + shfl_xor_f32(sum, 1), zl + shfl_xor_f32(zl, 1));
+                // The row's threads all get the same totals: IEEE addition is commutative.
+                let mut m = 1;
+                while m < SPLIT {
+                    sum += shfl_xor_f32(sum, m as u32);
+                    zl += shfl_xor_f32(zl, m as u32);
+                    m *= 2;
+                }
                 if valid && side == 0 {
                     l_sum = log2(sum) * LN_2 - (zl - max);
                     c_sum = (arg == label) as u32 as f32;
@@ -1060,7 +1072,7 @@ mod kernel {
                     }
                 };
                 if r < rows {
-                    for c2 in 0..HALF / 2 {
+                    for c2 in 0..PER / 2 {
                         let c = 2 * c2;
                         sts_u32(
                             sdl + ((r * MAX_CLASSES + c0 + c) * 2) as u32,
