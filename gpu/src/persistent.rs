@@ -1266,10 +1266,10 @@ mod kernel {
                     }
                 }
             }
-            // On Hopper the new weights overwrite the shares just read: tile mt's words of both
-            // are bytes 256·mt.. of the W1 area, which only warp mt % 8 reads and writes.
+            // On Hopper the new weights overwrite the shares just read, and warp 7's shares of
+            // dW2 and db2 (`own`) must be visible to warps 4-6, which update W2 and b2 with them.
             if HOPPER {
-                sync_warp();
+                sync_threads();
             }
             // W2 and b2 are updated by warps 4-7, one element of the dW2 (and db2) fragment
             // per thread, after their W1 tiles (warp 0 has one tile more). Warp 7, which
