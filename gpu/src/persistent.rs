@@ -663,7 +663,8 @@ mod kernel {
             exchange.wrapping_add((blk ^ 1) as usize * EXCHANGE),
         );
         let grid_count = counters;
-        // On Hopper the two blocks of a slice are a cluster: the partner's rank in it.
+        // On Hopper the two blocks of a slice are in one cluster (with those of another slice,
+        // where the host launches clusters of four): the partner's rank in it.
         let peer = if HOPPER { cluster_rank() ^ 1 } else { 0 };
         // Roles while the batch is in flight: warps 0-3 own the 16-row tiles of the batch
         // (forward, partial logits, dH); warps 4-7 fetch the next batch meanwhile. (A warp

@@ -106,104 +106,111 @@ fn one_step_gradients_match_cpu_reference() {
 
 /// Several steps of the persistent kernel against the CPU reference stepped by hand: same
 /// batches (the GPU's shuffle), fp16 operands, fp32 SGD with momentum. Batches of 100 and 8 rows
-/// (not multiples of the 16-row tile), 3 blocks of hidden units, an input width of 48.
+/// (not multiples of the 16-row tile), 3 and 4 slices of 8 hidden units, an input width of 48.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let mut rng = StdRng::seed_from_u64(7);
-    let sizes = [48usize, 24, 10];
+    // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two).
+    const DIM: usize = 48;
     let (n, steps, seed, lr, mu) = (500usize, 4usize, 77u32, 0.05f32, 0.9f32);
-    let x: Vec<f16> = (0..n * sizes[0])
+    let x: Vec<f16> = (0..n * DIM)
         .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
         .collect();
     let labels: Vec<u8> = (0..n).map(|_| rng.random_range(0..10)).collect();
     let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
-    let init = init_params(&sizes, Init::Kaiming, 9);
-    let round = |p: &[f32]| -> Vec<f32> { p.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
     let (mut ok, mut report) = (true, Vec::new());
-    for acc in [Accum::F16, Accum::F32] {
-        for batch in [100usize, 8] {
-            assert_eq!(
-                persistent::unsupported(&g, &sizes, batch, acc).unwrap(),
-                None
-            );
-            let carve = |arena: &mut Arena| {
-                let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
-                let p = Persistent::new(&g, arena, &sizes, batch, acc).unwrap();
-                (m, p)
-            };
-            let mut measure = Arena::measuring();
-            carve(&mut measure);
-            let mut arena = Arena::new(&g, measure.used()).unwrap();
-            let (m, p) = carve(&mut arena);
-            m.set_params(&init).unwrap();
-            let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
-            let (loss, correct) = (
-                g.zeros::<f32>(steps).unwrap(),
-                g.zeros::<f32>(steps).unwrap(),
-            );
-            let st = &g.stream;
-            // Two launches (steps 0..1, then 1..4): state must carry over between them.
-            for (step0, count) in [(0, 1), (1, steps - 1)] {
-                p.run(
-                    &g,
-                    &m,
-                    (dptr(&dx, st), dptr(&dy, st), n),
-                    (dptr(&loss, st), dptr(&correct, st)),
-                    (step0, count, seed),
-                    lr,
-                    mu,
-                )
-                .unwrap();
-            }
-            let got = m.params().unwrap();
-            let got_loss = g.download(&loss).unwrap();
-
-            let (mut w, mut v) = (init.clone(), vec![0.0f32; init.len()]);
-            for (step, &got) in got_loss.iter().enumerate() {
-                let rows: Vec<usize> = (0..batch)
-                    .map(|r| {
-                        gpu::shuffle::permute((step * batch + r) as u32, n as u32, seed) as usize
-                    })
-                    .collect();
-                let xb: Vec<f32> = rows
-                    .iter()
-                    .flat_map(|&r| xf[r * sizes[0]..(r + 1) * sizes[0]].to_vec())
-                    .collect();
-                let yb: Vec<u8> = rows.iter().map(|&r| labels[r]).collect();
-                let (l, grads) = reference::loss_and_grads(&sizes, &round(&w), &xb, &yb, batch);
-                assert!(
-                    (got - l).abs() < 1e-2 * l.max(1.0),
-                    "{acc:?} batch {batch} step {step}: loss {got} vs {l}"
+    for sizes in [[DIM, 24, 10], [DIM, 32, 10]] {
+        let init = init_params(&sizes, Init::Kaiming, 9);
+        let round =
+            |p: &[f32]| -> Vec<f32> { p.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
+        for acc in [Accum::F16, Accum::F32] {
+            for batch in [100usize, 8] {
+                assert_eq!(
+                    persistent::unsupported(&g, &sizes, batch, acc).unwrap(),
+                    None
                 );
-                for k in 0..w.len() {
-                    v[k] = mu * v[k] + grads[k];
-                    w[k] -= lr * v[k];
+                let carve = |arena: &mut Arena| {
+                    let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
+                    let p = Persistent::new(&g, arena, &sizes, batch, acc).unwrap();
+                    (m, p)
+                };
+                let mut measure = Arena::measuring();
+                carve(&mut measure);
+                let mut arena = Arena::new(&g, measure.used()).unwrap();
+                let (m, p) = carve(&mut arena);
+                m.set_params(&init).unwrap();
+                let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
+                let (loss, correct) = (
+                    g.zeros::<f32>(steps).unwrap(),
+                    g.zeros::<f32>(steps).unwrap(),
+                );
+                let st = &g.stream;
+                // Two launches (steps 0..1, then 1..4): state must carry over between them.
+                for (step0, count) in [(0, 1), (1, steps - 1)] {
+                    p.run(
+                        &g,
+                        &m,
+                        (dptr(&dx, st), dptr(&dy, st), n),
+                        (dptr(&loss, st), dptr(&correct, st)),
+                        (step0, count, seed),
+                        lr,
+                        mu,
+                    )
+                    .unwrap();
                 }
-            }
-            // Compare what training changed, relative to the largest change of each tensor.
-            let (offs, _) = param_layout(&sizes);
-            for (l, s) in sizes.windows(2).enumerate() {
-                for (name, off, len) in [
-                    ("weight", offs[l].0, s[0] * s[1]),
-                    ("bias", offs[l].1, s[1]),
-                ] {
-                    let delta = |p: &[f32], k: usize| p[off + k] - init[off + k];
-                    let scale = (0..len).fold(0.0f32, |a, k| a.max(delta(&w, k).abs()));
-                    assert!(scale > 0.0);
-                    let (worst, k) = (0..len)
-                        .map(|k| ((delta(&got, k) - delta(&w, k)).abs() / scale, k))
-                        .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
-                    report.push(format!(
-                        "{acc:?} batch {batch} layer {l} {name}: worst {worst:.4} of the largest change at [{k}] (moved {} vs {})",
-                        delta(&got, k),
-                        delta(&w, k)
-                    ));
-                    // fp32 accumulation matches to rounding. fp16 accumulation moves
-                    // pre-activations by ~1e-3, enough to flip a few ReLU masks in four steps,
-                    // each worth a few percent of a small batch's first-layer gradient.
-                    ok &= worst <= if acc == Accum::F32 { 1e-2 } else { 0.1 };
+                let got = m.params().unwrap();
+                let got_loss = g.download(&loss).unwrap();
+
+                let (mut w, mut v) = (init.clone(), vec![0.0f32; init.len()]);
+                for (step, &got) in got_loss.iter().enumerate() {
+                    let rows: Vec<usize> = (0..batch)
+                        .map(|r| {
+                            gpu::shuffle::permute((step * batch + r) as u32, n as u32, seed)
+                                as usize
+                        })
+                        .collect();
+                    let xb: Vec<f32> = rows
+                        .iter()
+                        .flat_map(|&r| xf[r * sizes[0]..(r + 1) * sizes[0]].to_vec())
+                        .collect();
+                    let yb: Vec<u8> = rows.iter().map(|&r| labels[r]).collect();
+                    let (l, grads) = reference::loss_and_grads(&sizes, &round(&w), &xb, &yb, batch);
+                    assert!(
+                        (got - l).abs() < 1e-2 * l.max(1.0),
+                        "{acc:?} hidden {} batch {batch} step {step}: loss {got} vs {l}",
+                        sizes[1]
+                    );
+                    for k in 0..w.len() {
+                        v[k] = mu * v[k] + grads[k];
+                        w[k] -= lr * v[k];
+                    }
+                }
+                // Compare what training changed, relative to the largest change of each tensor.
+                let (offs, _) = param_layout(&sizes);
+                for (l, s) in sizes.windows(2).enumerate() {
+                    for (name, off, len) in [
+                        ("weight", offs[l].0, s[0] * s[1]),
+                        ("bias", offs[l].1, s[1]),
+                    ] {
+                        let delta = |p: &[f32], k: usize| p[off + k] - init[off + k];
+                        let scale = (0..len).fold(0.0f32, |a, k| a.max(delta(&w, k).abs()));
+                        assert!(scale > 0.0);
+                        let (worst, k) = (0..len)
+                            .map(|k| ((delta(&got, k) - delta(&w, k)).abs() / scale, k))
+                            .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a });
+                        report.push(format!(
+                            "{acc:?} hidden {} batch {batch} layer {l} {name}: worst {worst:.4} of the largest change at [{k}] (moved {} vs {})",
+                            sizes[1],
+                            delta(&got, k),
+                            delta(&w, k)
+                        ));
+                        // fp32 accumulation matches to rounding. fp16 accumulation moves
+                        // pre-activations by ~1e-3, enough to flip a few ReLU masks in four steps,
+                        // each worth a few percent of a small batch's first-layer gradient.
+                        ok &= worst <= if acc == Accum::F32 { 1e-2 } else { 0.1 };
+                    }
                 }
             }
         }

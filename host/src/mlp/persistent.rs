@@ -15,8 +15,8 @@ use gpu::persistent::{
 pub struct Persistent {
     f: CudaFunction,
     blocks: u32,
-    /// Each slice's blocks launched as a cluster (the Hopper build).
-    cluster: bool,
+    /// Blocks per cluster (the Hopper build; 0 elsewhere: no clusters).
+    cluster: u32,
     batch: u32,
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
@@ -60,7 +60,7 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Resu
                 "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
             )
         } else {
-            let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes)?;
+            let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
             let blocks = PARTS * hidden / UNITS;
             if blocks > resident {
                 format!(
@@ -85,21 +85,37 @@ fn function(gpu: &Gpu, acc: Accum, smem: usize) -> Result<CudaFunction> {
 }
 
 /// How many blocks of `f` (with `smem` bytes each) can be resident at once: whole clusters of
-/// them on Hopper.
-fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize) -> Result<usize> {
+/// `cluster` blocks on Hopper.
+fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize, cluster: usize) -> Result<usize> {
     if !clustered(gpu.ptx.sm) {
         let per_sm =
             f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
         return Ok(per_sm as usize * gpu.sm_count() as usize);
     }
-    let mut attrs = [cluster_attribute()];
-    let config = gpu.launch_config(grid_config(PARTS as u32, smem), &mut attrs);
+    let mut attrs = [cluster_attribute(cluster as u32)];
+    let config = gpu.launch_config(grid_config(cluster as u32, smem), &mut attrs);
     let mut clusters = 0;
     gpu.ctx.bind_to_thread()?;
     // SAFETY: `config` and its attributes outlive the call, which only reads them.
     unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f.cu_function(), &config) }
         .result()?;
-    Ok(clusters as usize * PARTS)
+    Ok(clusters as usize * cluster)
+}
+
+/// Blocks per cluster on Hopper: those of two slices where the slices pair up and such clusters
+/// all fit, else of one (the kernel pairs ranks `r` and `r ^ 1` either way). Clusters of two
+/// slices ran faster on the H100: 2.82-2.84 against 2.88-2.91 ms/epoch for `host mnist` with
+/// clusters of one; of four slices 2.89-2.91, of eight 3.13-3.15 (presumably where the driver
+/// places them).
+fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Result<u32> {
+    let two = 2 * PARTS;
+    Ok(
+        if blocks.is_multiple_of(two) && resident_blocks(gpu, f, smem, two)? >= blocks {
+            two as u32
+        } else {
+            PARTS as u32
+        },
+    )
 }
 
 impl Persistent {
@@ -115,8 +131,12 @@ impl Persistent {
         let f = function(gpu, acc, smem.bytes)?;
         let slices = sizes[1] / UNITS;
         let blocks = PARTS * slices;
-        let cluster = clustered(gpu.ptx.sm);
-        let (exchange, counters) = if cluster {
+        let cluster = if clustered(gpu.ptx.sm) {
+            cluster_size(gpu, &f, smem.bytes, blocks)?
+        } else {
+            0
+        };
+        let (exchange, counters) = if cluster > 0 {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
@@ -182,14 +202,14 @@ impl Persistent {
             seed,
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
-        // once, which the grid barrier needs. On Hopper the two blocks of each slice are also
-        // a cluster, which shares their shared memory.
+        // once, which the grid barrier needs. On Hopper the blocks of each slice (or of two)
+        // are also a cluster, which shares their shared memory.
         let mut attrs = vec![attribute(
             CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
             |v| v.cooperative = 1,
         )];
-        if self.cluster {
-            attrs.push(cluster_attribute());
+        if self.cluster > 0 {
+            attrs.push(cluster_attribute(self.cluster));
         }
         let cfg = grid_config(self.blocks, self.smem.bytes);
         // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
@@ -203,12 +223,12 @@ impl Persistent {
     }
 }
 
-fn cluster_attribute() -> sys::CUlaunchAttribute {
+fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
     attribute(
         CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
         |v| {
             v.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-                x: PARTS as u32,
+                x: blocks,
                 y: 1,
                 z: 1,
             }
