@@ -391,31 +391,15 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     let hopper = gpu.ptx.sm >= 90;
     let blocks = cfg.grid_dim.0 * cfg.grid_dim.1 * splits as u32;
     let one_pass = hopper && blocks <= gpu.sm_count();
-    let mut args = [
-        arg(&params.m),
-        arg(&params.n),
-        arg(&params.k),
-        arg(&params.a),
-        arg(&params.lda),
-        arg(&params.b),
-        arg(&params.ldb),
-        arg(&params.c),
-        arg(&params.ldc),
-        arg(&params.bias),
-        arg(&params.alpha),
-        arg(&params.beta),
-        arg(&params.relu),
-        arg(&ws),
-        arg(&k_slice),
-    ];
+    let mut args = [arg(&params), arg(&ws), arg(&k_slice)];
     // SAFETY: the arguments are the kernel's parameters, in order and of its types (SIMT
-    // kernels take the first 13); the caller keeps the buffers alive.
+    // kernels take the first, the `#[repr(C)]` `Args`); the caller keeps the buffers alive.
     unsafe {
         if matches!(v, Version::Tensor(..)) {
             cfg.grid_dim.2 = splits as u32;
             gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(one_pass)], &mut args)
         } else {
-            gpu.launch_ex(&f, cfg, &mut [], &mut args[..13])
+            gpu.launch_ex(&f, cfg, &mut [], &mut args[..1])
         }
     }?;
     if splits > 1 {

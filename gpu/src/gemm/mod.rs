@@ -160,9 +160,10 @@ pub fn tensor_kernel(config: &TileConfig, layout: Layout, acc: Accum) -> String 
     format!("gemm_{}_{}_{}", config.name, layout.suffix(), acc.suffix())
 }
 
-/// Arguments every GEMM kernel takes, in this order (fp16 pointers as raw `u16` bits).
-/// `splitk_reduce` takes them as one parameter (its epilogue's fields), so the layout is
-/// `#[repr(C)]`: the same on the host, which builds it, and on the device.
+/// The parameter every GEMM kernel takes first, by value as one `.param` block (fp16 pointers as
+/// raw `u16` bits; tensor-core kernels then take the split-K workspace and slice depth, and
+/// `splitk_reduce` uses its epilogue's fields): `#[repr(C)]` gives the host, which builds it,
+/// and the device the same layout.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Args {

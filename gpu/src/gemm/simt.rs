@@ -152,12 +152,8 @@ macro_rules! export_simt {
     (@one $version:ident, $suffix:literal, $ta:literal, $tb:literal) => {
         const _: () = {
             #[unsafe(export_name = concat!("gemm_", stringify!($version), $suffix))]
-            #[allow(clippy::too_many_arguments)]
-            unsafe extern "ptx-kernel" fn kernel(
-                m: u32, n: u32, k: u32, a: *const u16, lda: u32, b: *const u16, ldb: u32,
-                c: *mut u16, ldc: u32, bias: *const u16, alpha: f32, beta: f32, relu: u32,
-            ) {
-                $version::<$ta, $tb>(Args { m, n, k, a, lda, b, ldb, c, ldc, bias, alpha, beta, relu });
+            unsafe extern "ptx-kernel" fn kernel(p: Args) {
+                $version::<$ta, $tb>(p);
             }
         };
     };

@@ -643,18 +643,11 @@ macro_rules! export_tensor {
      $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $async:literal) => {
         const _: () = {
             #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
-            #[allow(clippy::too_many_arguments)]
-            unsafe extern "ptx-kernel" fn kernel(
-                m: u32, n: u32, k: u32, a: *const u16, lda: u32, b: *const u16, ldb: u32,
-                c: *mut u16, ldc: u32, bias: *const u16, alpha: f32, beta: f32, relu: u32,
-                ws: *mut f32, k_slice: u32,
-            ) {
+            unsafe extern "ptx-kernel" fn kernel(p: Args, ws: *mut f32, k_slice: u32) {
                 const THREADS: usize = 32 * ($bm / $wm) * ($bn / $wn);
                 gemm::<$acc, $bm, $bn, $bk, { $wm / 16 }, { $wn / 8 }, $ik, $st, $async,
                        { $bm * $bk / 8 / THREADS }, { $bn * $bk / 8 / THREADS }, $ta, $tb>(
-                    Args { m, n, k, a, lda, b, ldb, c, ldc, bias, alpha, beta, relu },
-                    ws,
-                    k_slice,
+                    p, ws, k_slice,
                 );
             }
         };
