@@ -1304,11 +1304,11 @@ mod kernel {
             for i in 0..TILES_PER_WARP {
                 let mt = w + WARPS * i;
                 if mt < ktiles {
-                    let mine = acc[i].pairs();
+                    let share = acc[i].pairs();
                     for p in 0..2 {
                         // Elements 2p and 2p + 1: one input, two adjacent units, one word of
                         // W1. Both sides add the same fp16 shares (IEEE addition commutes).
-                        let g = A::add_pairs(mine[p], tw1[i][p]);
+                        let g = A::add_pairs(share[p], tw1[i][p]);
                         let mut nw = [0.0; 2];
                         for h in 0..2 {
                             let e = 2 * p + h;

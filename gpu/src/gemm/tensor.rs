@@ -81,15 +81,15 @@ impl Acc for [f32; 4] {
         [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
     }
     #[inline(always)]
-    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
-        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
-        [a0 + b0, a1 + b1]
-    }
-    #[inline(always)]
     fn add(&mut self, other: &Self) {
         for i in 0..4 {
             self[i] += other[i];
         }
+    }
+    #[inline(always)]
+    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
+        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
+        [a0 + b0, a1 + b1]
     }
 }
 
