@@ -50,7 +50,7 @@ pub fn parse_idx(bytes: &[u8], dims: usize, what: &str) -> Result<(Vec<usize>, V
     let expected = sizes
         .iter()
         .try_fold(1usize, |a, &s| a.checked_mul(s))
-        .context("IDX sizes overflow")?;
+        .with_context(|| format!("{what}: IDX sizes {sizes:?} overflow"))?;
     let data = &bytes[4 + 4 * dims..];
     ensure!(
         data.len() == expected,
@@ -84,6 +84,13 @@ fn load_split(dir: &Path, prefix: &str) -> Result<Split> {
         lsz[0]
     );
     ensure!(isz[0] > 0, "{} holds no images", ipath.display());
+    ensure!(
+        isz[1] * isz[2] > 0,
+        "{} holds images of {} × {} pixels",
+        ipath.display(),
+        isz[1],
+        isz[2]
+    );
     let features = Features::Pixels {
         data: images,
         mean: MEAN,
@@ -101,8 +108,13 @@ fn load_split(dir: &Path, prefix: &str) -> Result<Split> {
 pub fn load(dir: &Path) -> Result<Dataset> {
     ensure!(
         dir.is_dir(),
-        "data directory {} does not exist",
-        dir.display()
+        "data directory {} {}",
+        dir.display(),
+        if dir.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        }
     );
     let train = load_split(dir, "train")?;
     let test = load_split(dir, "t10k")?;
@@ -214,11 +226,25 @@ mod tests {
         let d = dir.join("mismatch");
         std::fs::create_dir_all(&d).unwrap();
         write_set(&d, 3, &[0, 1], false);
-        assert!(load(&d).err().unwrap().to_string().contains("labels"));
+        let err = load(&d).err().unwrap().to_string();
+        assert!(
+            err.contains("3 images but") && err.contains("2 labels"),
+            "{err}"
+        );
         let d = dir.join("range");
         std::fs::create_dir_all(&d).unwrap();
         write_set(&d, 2, &[0, 10], false);
         assert!(load(&d).err().unwrap().to_string().contains("outside"));
+        // Images of zero pixels: a header that is consistent but describes nothing to learn.
+        let d = dir.join("empty-images");
+        std::fs::create_dir_all(&d).unwrap();
+        write_set(&d, 3, &[0, 1, 2], false);
+        std::fs::write(d.join("train-images-idx3-ubyte"), idx(&[3, 0, 28], &[])).unwrap();
+        let err = load(&d).err().unwrap().to_string();
+        assert!(err.contains("0 × 28 pixels"), "{err}");
+        let file = d.join("train-labels-idx1-ubyte");
+        let err = load(&file).err().unwrap().to_string();
+        assert!(err.contains("is not a directory"), "{err}");
         assert!(
             load(&dir.join("absent"))
                 .err()

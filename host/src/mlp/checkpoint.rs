@@ -33,6 +33,19 @@ pub fn load(path: &Path, sizes: &[usize]) -> Result<Vec<f32>> {
     let data = std::fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
     let st = SafeTensors::deserialize(&data)
         .with_context(|| format!("{} is not a safetensors file", path.display()))?;
+    let expected: Vec<String> = (0..sizes.len() - 1)
+        .flat_map(|l| <[String; 2]>::from(names(l)))
+        .collect();
+    if let Some(extra) = st
+        .names()
+        .into_iter()
+        .find(|n| !expected.iter().any(|e| e == n))
+    {
+        bail!(
+            "{} holds {extra}, which the model (layers {sizes:?}) does not have: was it saved for another model?",
+            path.display()
+        );
+    }
     let (offs, n) = param_layout(sizes);
     let mut params = vec![0.0f32; n];
     for (l, w) in sizes.windows(2).enumerate() {
@@ -91,6 +104,15 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("shape")
+        );
+        // A deeper model's file: its first layers fit, its last does not exist here.
+        let deeper = [6, 4, 3, 3];
+        let g = dir.join("deeper.safetensors");
+        save(&g, &deeper, &vec![0.5; param_layout(&deeper).1]).unwrap();
+        let err = load(&g, &sizes).unwrap_err().to_string();
+        assert!(
+            err.contains("fc3.weight") || err.contains("fc3.bias"),
+            "{err}"
         );
         std::fs::write(&f, b"junk").unwrap();
         assert!(load(&f, &sizes).is_err());

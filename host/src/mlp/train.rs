@@ -89,7 +89,10 @@ pub fn validate(o: &Options) -> Result<()> {
         "--hidden needs positive widths, e.g. 128 or 512,256"
     );
     ensure!(o.batch > 0, "--batch must be positive");
-    ensure!(o.lr > 0.0 && o.lr.is_finite(), "--lr must be positive");
+    ensure!(
+        o.lr > 0.0 && o.lr.is_finite(),
+        "--lr must be a positive finite number"
+    );
     ensure!(
         (0.0..1.0).contains(&o.momentum),
         "--momentum must be in [0, 1)"
@@ -98,7 +101,29 @@ pub fn validate(o: &Options) -> Result<()> {
         o.epochs > 0 || o.load.is_some(),
         "--epochs 0 only evaluates, which needs --load"
     );
+    // Files written during or after training go to directories that exist: found out now, not
+    // after the last epoch.
+    for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
+        if let Some(dir) = path.as_ref().and_then(|p| p.parent())
+            && !dir.as_os_str().is_empty()
+        {
+            ensure!(
+                dir.is_dir(),
+                "{flag} {}: directory {} does not exist",
+                path.as_ref().unwrap().display(),
+                dir.display()
+            );
+        }
+    }
     Ok(())
+}
+
+/// Parameters of an MLP with layer widths `sizes` (weights and biases), if the count fits a
+/// usize.
+fn parameter_count(sizes: &[usize]) -> Option<usize> {
+    sizes.windows(2).try_fold(0usize, |a, w| {
+        a.checked_add(w[0].checked_mul(w[1])?.checked_add(w[1])?)
+    })
 }
 
 pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
@@ -112,6 +137,16 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     let mut sizes = vec![ds.train.dim];
     sizes.extend(&o.hidden);
     sizes.push(ds.classes);
+    // Before any host buffer that size: the parameters alone (fp32 value and momentum, fp16
+    // copy and gradient, 12 bytes each) must fit the GPU.
+    let total = gpu.mem_info()?.1;
+    let count = parameter_count(&sizes);
+    ensure!(
+        count.is_some_and(|c| c.saturating_mul(12) <= total),
+        "layers {sizes:?} have {} parameters, which at 12 bytes each do not fit the GPU's {} MiB",
+        count.map_or("too many".into(), |c| c.to_string()),
+        total >> 20
+    );
     let params = match &o.load {
         Some(p) => checkpoint::load(p, &sizes)?,
         None => model::init_params(&sizes, o.init, o.seed),
@@ -343,11 +378,25 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         let losses = gpu.download_buf(b.loss_steps)?;
         if let Some(bad) = losses.iter().position(|l| !l.is_finite()) {
             bar.abandon();
-            let kept = o
-                .save
-                .as_ref()
-                .map(|p| format!("; the last good checkpoint is {}", p.display()))
-                .unwrap_or_default();
+            // The metrics so far, through the step that diverged.
+            if let Some(p) = &o.metrics {
+                let t = start_all.elapsed().as_secs_f64();
+                for (k, l) in losses[..=bad].iter().enumerate() {
+                    metrics += &format!(
+                        "{epoch},{},{l},,{t:.4}
+",
+                        (epoch - 1) * steps + k + 1
+                    );
+                }
+                crate::write_atomic(p, metrics.as_bytes())?;
+            }
+            let kept = match &o.save {
+                Some(p) if epoch > 1 => {
+                    format!("; the last good checkpoint is {}", p.display())
+                }
+                Some(p) => format!("; nothing was saved to {}", p.display()),
+                None => String::new(),
+            };
             bail!(
                 "training diverged: loss is {} at epoch {epoch}, step {bad} (try a smaller --lr){kept}",
                 losses[bad]
@@ -404,4 +453,79 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
 /// The key of epoch `epoch`'s shuffle.
 fn epoch_seed(seed: u64, epoch: usize) -> u32 {
     (seed as u32).wrapping_mul(1000).wrapping_add(epoch as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Options {
+        Options {
+            hidden: vec![128],
+            epochs: 1,
+            batch: 128,
+            lr: 0.05,
+            momentum: 0.9,
+            init: Init::Kaiming,
+            seed: 1,
+            accum: Accum::F16,
+            graph: true,
+            layered: false,
+            config: None,
+            metrics: None,
+            save: None,
+            load: None,
+            quiet: true,
+            print_every: 1,
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_training() {
+        assert!(validate(&options()).is_ok());
+        let err = |o: Options| validate(&o).unwrap_err().to_string();
+        assert!(
+            err(Options {
+                lr: f32::INFINITY,
+                ..options()
+            })
+            .contains("finite")
+        );
+        assert!(
+            err(Options {
+                hidden: vec![128, 0],
+                ..options()
+            })
+            .contains("--hidden")
+        );
+        let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+        let e = err(Options {
+            metrics: Some(missing.join("m.csv")),
+            ..options()
+        });
+        assert!(
+            e.contains("--metrics") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = err(Options {
+            save: Some(missing.join("w.safetensors")),
+            ..options()
+        });
+        assert!(e.contains("--save"), "{e}");
+        // A bare file name writes to the working directory, which exists.
+        let here = Options {
+            save: Some("w.safetensors".into()),
+            ..options()
+        };
+        assert!(validate(&here).is_ok());
+    }
+
+    #[test]
+    fn parameter_counts_overflow_to_none() {
+        assert_eq!(
+            parameter_count(&[784, 128, 10]),
+            Some(784 * 128 + 128 + 128 * 10 + 10)
+        );
+        assert_eq!(parameter_count(&[784, usize::MAX / 2, 10]), None);
+    }
 }
