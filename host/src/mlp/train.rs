@@ -101,6 +101,11 @@ pub fn validate(o: &Options) -> Result<()> {
         o.epochs > 0 || o.load.is_some(),
         "--epochs 0 only evaluates, which needs --load"
     );
+    ensure!(
+        o.epochs > 0 || (o.save.is_none() && o.metrics.is_none()),
+        "--epochs 0 only evaluates: it writes no --save or --metrics file"
+    );
+    ensure!(o.print_every > 0, "--print-every must be positive");
     // Files written during or after training go to directories that exist: found out now, not
     // after the last epoch.
     for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
@@ -405,7 +410,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         let train_loss = losses.iter().sum::<f32>() / steps as f32;
         let (test_loss, test_accuracy) = evaluate()?;
         bar.finish_and_clear();
-        if !o.quiet && (epoch % o.print_every.max(1) == 0 || epoch == o.epochs) {
+        if !o.quiet && (epoch % o.print_every == 0 || epoch == o.epochs) {
             println!(
                 "epoch {epoch:>3}  train loss {train_loss:.4}  test loss {test_loss:.4}  test accuracy {:.2}%  {:.4} s  ({:.0} samples/s)",
                 100.0 * test_accuracy,
@@ -498,6 +503,20 @@ mod tests {
             })
             .contains("--hidden")
         );
+        assert!(
+            err(Options {
+                print_every: 0,
+                ..options()
+            })
+            .contains("--print-every")
+        );
+        let e = err(Options {
+            epochs: 0,
+            load: Some("w.safetensors".into()),
+            metrics: Some("m.csv".into()),
+            ..options()
+        });
+        assert!(e.contains("only evaluates"), "{e}");
         let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
         let e = err(Options {
             metrics: Some(missing.join("m.csv")),
