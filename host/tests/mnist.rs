@@ -9,22 +9,10 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn options() -> Options {
     Options {
-        hidden: vec![128],
         epochs: 1,
-        batch: 128,
-        lr: 0.05,
-        momentum: 0.9,
-        init: Init::Kaiming,
         seed: 3,
-        accum: Accum::F16,
-        graph: true,
-        layered: false,
-        config: None,
-        metrics: None,
-        save: None,
-        load: None,
         quiet: true,
-        print_every: 1,
+        ..Options::default()
     }
 }
 

@@ -33,6 +33,30 @@ pub struct Options {
     pub print_every: usize,
 }
 
+impl Default for Options {
+    /// What `host mnist` runs with no flags.
+    fn default() -> Options {
+        Options {
+            hidden: vec![128],
+            epochs: 10,
+            batch: 128,
+            lr: 0.05,
+            momentum: 0.9,
+            init: Init::Kaiming,
+            seed: 0,
+            accum: Accum::F16,
+            graph: true,
+            layered: false,
+            config: None,
+            metrics: None,
+            save: None,
+            load: None,
+            quiet: false,
+            print_every: 1,
+        }
+    }
+}
+
 /// Per-epoch results.
 pub struct Epoch {
     pub epoch: usize,
@@ -109,13 +133,14 @@ pub fn validate(o: &Options) -> Result<()> {
     // Files written during or after training go to directories that exist: found out now, not
     // after the last epoch.
     for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
-        if let Some(dir) = path.as_ref().and_then(|p| p.parent())
+        if let Some(path) = path
+            && let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
             ensure!(
                 dir.is_dir(),
                 "{flag} {}: directory {} does not exist",
-                path.as_ref().unwrap().display(),
+                path.display(),
                 dir.display()
             );
         }
@@ -346,6 +371,13 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         .progress_chars("=> "),
     );
     let mut metrics = String::from("epoch,step,loss,accuracy,time_s\n");
+    // A CSV line for each of an epoch's step losses, at `t` seconds into the run.
+    let add_steps = |metrics: &mut String, epoch: usize, losses: &[f32], t: f64| {
+        for (k, l) in losses.iter().enumerate() {
+            let step = (epoch - 1) * steps + k + 1;
+            metrics.push_str(&format!("{epoch},{step},{l},,{t:.4}\n"));
+        }
+    };
     let start_all = Instant::now();
     for epoch in 1..=o.epochs {
         bar.reset();
@@ -386,13 +418,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             // The metrics so far, through the step that diverged.
             if let Some(p) = &o.metrics {
                 let t = start_all.elapsed().as_secs_f64();
-                for (k, l) in losses[..=bad].iter().enumerate() {
-                    metrics += &format!(
-                        "{epoch},{},{l},,{t:.4}
-",
-                        (epoch - 1) * steps + k + 1
-                    );
-                }
+                add_steps(&mut metrics, epoch, &losses[..=bad], t);
                 crate::write_atomic(p, metrics.as_bytes())?;
             }
             let kept = match &o.save {
@@ -419,9 +445,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
             );
         }
         let t = start_all.elapsed().as_secs_f64();
-        for (k, l) in losses.iter().enumerate() {
-            metrics += &format!("{epoch},{},{l},,{t:.4}\n", (epoch - 1) * steps + k + 1);
-        }
+        add_steps(&mut metrics, epoch, &losses, t);
         metrics += &format!("{epoch},{},,{test_accuracy},{t:.4}\n", epoch * steps);
         if let Some(p) = &o.save {
             checkpoint::save(p, &sizes, &model.params()?)?;
@@ -466,22 +490,9 @@ mod tests {
 
     fn options() -> Options {
         Options {
-            hidden: vec![128],
             epochs: 1,
-            batch: 128,
-            lr: 0.05,
-            momentum: 0.9,
-            init: Init::Kaiming,
-            seed: 1,
-            accum: Accum::F16,
-            graph: true,
-            layered: false,
-            config: None,
-            metrics: None,
-            save: None,
-            load: None,
             quiet: true,
-            print_every: 1,
+            ..Options::default()
         }
     }
 
