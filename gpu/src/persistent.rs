@@ -64,9 +64,9 @@ pub const fn clustered(sm: u32) -> bool {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TrainArgs {
-    /// Training set: fp16 features `[n][dim]`, u8 labels `[n]`.
-    pub x: u64,
-    pub y: u64,
+    /// The epoch's examples in shuffled order as the kernel `mlp1_persistent_shuffle` writes
+    /// them: [`row_stride`] bytes a row, the features, then the label.
+    pub batches: u64,
     /// Every parameter: fp32 master values, their fp16 copy, SGD momentum.
     pub w32: u64,
     pub w16: u64,
@@ -79,8 +79,7 @@ pub struct TrainArgs {
     pub logits: u64,
     pub exchange: u64,
     pub counters: u64,
-    /// Examples in the training set, layer widths, batch rows.
-    pub n: u32,
+    /// Layer widths, batch rows.
     pub dim: u32,
     pub hidden: u32,
     pub classes: u32,
@@ -92,10 +91,10 @@ pub struct TrainArgs {
     pub o_b2: u32,
     pub lr: f32,
     pub momentum: f32,
-    /// This launch runs steps `step0..step0 + steps` of the epoch whose shuffle `seed` keys.
+    /// This launch runs steps `step0..step0 + steps` of the epoch: step `k` reads rows
+    /// `k·batch..(k + 1)·batch` of `batches`.
     pub step0: u32,
     pub steps: u32,
-    pub seed: u32,
 }
 
 /// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
@@ -106,7 +105,9 @@ pub struct Smem {
     /// the rows a block does not fill hold zeros.
     pub rows: usize,
     /// Bytes per row of the batch: an odd number of 16-byte chunks, so the eight rows one
-    /// `ldmatrix` phase reads fall in eight different bank groups.
+    /// `ldmatrix` phase reads fall in eight different bank groups. That is always the features
+    /// and one chunk more, which carries the row's label ([`label_offset`]): a row arrives
+    /// with its label.
     pub stride: usize,
     /// Two buffers of the block's rows of the batch, fp16 `[2][rows][stride]`.
     pub x: usize,
@@ -122,10 +123,6 @@ pub struct Smem {
     /// The slice's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
     pub w2_cu: usize,
     pub w2_uc: usize,
-    /// Source example of each of the block's rows of the next batch, u32 `[rows]`.
-    pub src: usize,
-    /// Labels of the current and the next batch, u32 `[2][rows]`.
-    pub labels: usize,
     /// f32: W2 columns (master and momentum, `[MAX_CLASSES][UNITS]` each), b1 (master,
     /// momentum, fp16 value), b2 (the same, `[MAX_CLASSES]`), per-warp partial sums of db1
     /// (`[warps][UNITS]`) and of the loss and correct count (`[2][warps]`).
@@ -147,7 +144,7 @@ impl Smem {
     pub const fn new(batch: usize, dim: usize) -> Smem {
         let rows = batch.div_ceil(PARTS).div_ceil(16) * 16;
         let rows32 = rows.div_ceil(32) * 32;
-        let stride = ((dim * 2).div_ceil(16) | 1) * 16;
+        let stride = row_stride(dim);
         let x = 0;
         let w1 = x + 2 * rows * stride;
         let h = w1 + dim * UNITS * 2;
@@ -155,9 +152,7 @@ impl Smem {
         let dl = dh + rows32 * UNITS * 2;
         let w2_cu = dl + rows * MAX_CLASSES * 2;
         let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
-        let src = w2_uc + MAX_CLASSES * UNITS * 2;
-        let labels = src + rows * 4;
-        let params = labels + 2 * rows * 4;
+        let params = w2_uc + MAX_CLASSES * UNITS * 2;
         let floats =
             2 * MAX_CLASSES * UNITS + 3 * UNITS + 3 * MAX_CLASSES + WARPS * UNITS + 2 * WARPS;
         let xch = (params + floats * 4).div_ceil(16) * 16;
@@ -173,8 +168,6 @@ impl Smem {
             dl,
             w2_cu,
             w2_uc,
-            src,
-            labels,
             params,
             xch,
             own,
@@ -195,6 +188,17 @@ pub const fn logits_slot(batch: usize, classes: usize) -> usize {
 /// the softmax loads the sums in pairs.
 pub const fn logits_row(classes: usize) -> usize {
     classes.next_multiple_of(2)
+}
+
+/// Bytes per row of the batch ([`Smem::stride`]) for inputs of width `dim`.
+pub const fn row_stride(dim: usize) -> usize {
+    ((dim * 2).div_ceil(16) | 1) * 16
+}
+
+/// Byte offset of a row's label (u32) in its row of `batches` and of the shared batch buffers:
+/// the 16 bytes after the features, which a row's stride leaves free.
+pub const fn label_offset(dim: usize) -> usize {
+    2 * dim
 }
 
 /// The logits buffer rotates over three slots: step k adds into slot k % 3 while block 0
@@ -230,15 +234,16 @@ mod tests {
         ] {
             let m = Smem::new(batch, dim);
             let regions = [
-                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.src, m.labels, m.params, m.xch,
-                m.own, m.mbar, m.bytes,
+                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own, m.mbar,
+                m.bytes,
             ];
             for r in regions {
                 assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
             }
             assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
             assert_eq!((m.stride / 16) % 2, 1);
-            assert!(m.stride >= 2 * dim);
+            // The features, then one chunk for the label.
+            assert_eq!(m.stride, label_offset(dim) + 16);
             assert!(
                 m.rows.is_multiple_of(16) && m.rows * PARTS >= batch && m.rows <= MAX_BATCH / PARTS
             );
@@ -311,14 +316,8 @@ mod kernel {
         sync();
     }
 
-    /// Barrier of the four loader warps only (named barrier 1; the sm_80 path only: the
-    /// Hopper path uses no named barrier).
-    #[inline(always)]
-    fn loaders_sync() {
-        unsafe { asm!("bar.sync 1, 128;", options(nostack)) };
-    }
-
-    /// Barrier of the four tile warps only (named barrier 2; the sm_80 path only).
+    /// Barrier of the four tile warps only (named barrier 2; the sm_80 path only: the Hopper
+    /// path uses no named barrier).
     #[inline(always)]
     fn tiles_sync() {
         unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
@@ -590,7 +589,7 @@ mod kernel {
     #[inline(always)]
     unsafe fn train<A: Acc, const CHAINS: usize>(args: TrainArgs) {
         let TrainArgs {
-            n,
+            batches,
             dim,
             hidden,
             classes,
@@ -603,10 +602,9 @@ mod kernel {
             momentum,
             step0,
             steps,
-            seed,
             ..
         } = args;
-        let (x, y) = (args.x as *const u16, args.y as *const u8);
+        let batches = batches as *const u8;
         let (w32, w16, vel) = (
             args.w32 as *mut f32,
             args.w16 as *mut u16,
@@ -627,12 +625,6 @@ mod kernel {
         let (sw2_cu, sw2_uc) = (s0 + lay.w2_cu as u32, s0 + lay.w2_uc as u32);
         let sxch = s0 + lay.xch as u32;
         let own = unsafe { base.add(lay.own) as *mut f32 };
-        let (src, labels) = unsafe {
-            (
-                base.add(lay.src) as *mut u32,
-                base.add(lay.labels) as *mut u32,
-            )
-        };
         let p = unsafe { base.add(lay.params) as *mut f32 };
         let (w2m, w2v) = unsafe { (p, p.add(MAX_CLASSES * UNITS)) };
         let b1m = unsafe { p.add(2 * MAX_CLASSES * UNITS) };
@@ -667,21 +659,11 @@ mod kernel {
         // where the host launches clusters of four): the partner's rank in it.
         let peer = if HOPPER { cluster_rank() ^ 1 } else { 0 };
         // Roles while the batch is in flight: warps 0-3 own the 16-row tiles of the batch
-        // (forward, partial logits, dH); warps 4-7 fetch the next batch meanwhile. (A warp
-        // issuing `cp.async` stalls until the memory system takes the copies: ~100 KB take
-        // about as long as the forward, which they now overlap.)
+        // (forward, partial logits, dH); warps 4-7 fetch the next batch meanwhile (on Hopper one
+        // thread of them: the block's rows are one bulk copy; elsewhere all of them, since a
+        // warp issuing `cp.async` stalls until the memory system takes the copies).
         let tile_rows = w < 4 && 16 * w < mine;
-        // `lt`: the row of the batch a loader thread fetches (past the block's rows: none). On
-        // Hopper the rows are spread over the four loader warps, 16 lanes each, rather than the
-        // 32 lanes of two (2.783-2.798 against 2.808-2.841 ms/epoch, H100).
-        let (loader, lt) = (
-            w >= 4,
-            if HOPPER {
-                4 * l + w.wrapping_sub(4)
-            } else {
-                tid.wrapping_sub(128)
-            },
-        );
+        let loader = w >= 4;
 
         // Parameters in: W1 master and momentum into registers (each thread keeps the elements
         // of the dW1ᵀ fragments it computes), their fp16 copy into shared memory; the small
@@ -765,49 +747,38 @@ mod kernel {
             cluster_sync();
         }
 
-        // Batches (loader warps): each row's source example, then the copy into buffer `buf`.
-        let source = |step: u32| -> u32 {
-            let s = permute(step * batch + (r0 + lt) as u32, n, seed);
-            unsafe { *src.add(lt) = s };
-            s
-        };
-        let load_batch = |buf: usize| {
-            let sx = s0 + (lay.x + buf * rows * lay.stride) as u32;
-            let chunks = (dim / 8) as usize;
-            let mut r = w - 4;
-            while r < mine {
-                let s = unsafe { *src.add(r) } as usize;
-                let mut ch = l;
-                while ch < chunks {
-                    let from = unsafe { x.add(s * dim as usize + 8 * ch) } as *const u8;
-                    cp_async_16(sx + (r * lay.stride + 16 * ch) as u32, from, 16);
-                    ch += 32;
-                }
-                r += 4;
+        // Batches: the block's rows of step `step` are one run of `batches`, rows, labels and
+        // stride as the buffer holds them, copied whole into buffer `buf`.
+        let batch_bytes = mine * lay.stride;
+        let batch_src =
+            |step: u32| unsafe { batches.add((step as usize * batch as usize + r0) * lay.stride) };
+        let buffer = |buf: usize| s0 + (lay.x + buf * rows * lay.stride) as u32;
+        // Elsewhere: 16-byte `cp.async` pieces over the loader threads.
+        let load_batch = |buf: usize, step: u32| {
+            let (from, to) = (batch_src(step), buffer(buf));
+            let mut i = 16 * (tid - 128);
+            while i < batch_bytes {
+                cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
+                i += 16 * 128;
             }
             cp_async_commit();
         };
-        // Bulk copies (Hopper): a buffer's mbarrier takes one arrival per row of the batch (a
-        // block without rows: one, announcing nothing), each announcing the row's bytes before
-        // its copy is issued, so the phase completes once every row has landed. The loader
-        // thread of row `lt` fetches the row of example `s` into buffer `buf`.
+        // On Hopper: one bulk copy, issued by the first loader thread, which announces its
+        // bytes at the buffer's mbarrier (a block without rows: nothing), so the phase completes
+        // once the rows have landed.
         let mbar = |buf: usize| s0 + (lay.mbar + 8 * buf) as u32;
         // Bytes of the partner's shares each step (Hopper): dW1, then dW2 and db2, then db1.
         let share_bytes = ((ktiles * 2 * 32 + SMALL_SHARES) * 4) as u32;
-        let bulk_row = |buf: usize, s: usize| {
-            if lt < mine {
-                let dst = s0 + (lay.x + (buf * rows + lt) * lay.stride) as u32;
-                let from = unsafe { x.add(s * dim as usize) } as *const u8;
-                mbar_expect(mbar(buf), dim * 2);
-                bulk_copy(dst, from, dim * 2, mbar(buf));
-            } else if lt == 0 {
-                mbar_expect(mbar(buf), 0);
+        let bulk_batch = |buf: usize, step: u32| {
+            mbar_expect(mbar(buf), batch_bytes as u32);
+            if batch_bytes > 0 {
+                bulk_copy(buffer(buf), batch_src(step), batch_bytes as u32, mbar(buf));
             }
         };
         if HOPPER {
             if tid == 0 {
                 for b in 0..2 {
-                    mbar_init(mbar(b), mine.max(1) as u32);
+                    mbar_init(mbar(b), 1);
                 }
                 // The partner's shares of the first step (the next ones are announced as each
                 // step's arrive): it sends them only after the grid barrier, which this block
@@ -816,20 +787,11 @@ mod kernel {
                 mbar_expect(mbar(2), share_bytes);
             }
             sync_threads();
-            if loader {
-                let s = if lt < mine { source(step0) as usize } else { 0 };
-                bulk_row(0, s);
-                if lt < mine {
-                    unsafe { *labels.add(lt) = *y.add(s) as u32 };
-                }
+            if tid == 128 {
+                bulk_batch(0, step0);
             }
         } else if loader {
-            if lt < mine {
-                let s = source(step0);
-                unsafe { *labels.add(lt) = *y.add(s as usize) as u32 };
-            }
-            loaders_sync();
-            load_batch(0);
+            load_batch(0, step0);
         }
 
         for k in 0..steps {
@@ -856,31 +818,20 @@ mod kernel {
             let (my_xch, partner_xch) = (opaque_ptr(my_xch), opaque_ptr(partner_xch));
 
             // The loader warps fetch the next batch into the other buffer (last read by the
-            // previous step's dW1): on Hopper before the forward (the bulk copies take one
-            // instruction per row), else during it. Its labels are stored at the end of the
-            // step, so their loads' latency overlaps it.
+            // previous step's dW1): on Hopper before the forward (one instruction), else during
+            // it.
             let fetch_next = || {
-                let mut next_label = 0u32;
                 if loader && k + 1 < steps {
-                    let s = if lt < mine {
-                        source(step + 1) as usize
-                    } else {
-                        0
-                    };
-                    if HOPPER {
-                        bulk_row(1 - cur, s);
-                    }
-                    if lt < mine {
-                        next_label = unsafe { *y.add(s) } as u32;
-                    }
                     if !HOPPER {
-                        loaders_sync();
-                        load_batch(1 - cur);
+                        load_batch(1 - cur, step + 1);
+                    } else if tid == 128 {
+                        bulk_batch(1 - cur, step + 1);
                     }
                 }
-                next_label
             };
-            let next_label = if HOPPER { fetch_next() } else { 0 };
+            if HOPPER {
+                fetch_next();
+            }
 
             // Forward (warps 0-3): H = relu(X·W1[s]ᵀ + b1[s]) for the warp's tile, kept as an
             // accumulator fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
@@ -979,7 +930,9 @@ mod kernel {
                     }
                 }
             }
-            let next_label = if HOPPER { next_label } else { fetch_next() };
+            if !HOPPER {
+                fetch_next();
+            }
             // The tile warps meet the grid at the barrier and take the softmax. Elsewhere the
             // loader warps, once their copies are issued, skip to the block barrier after it;
             // on Hopper, whose loaders are free by then, the whole block meets the grid, so the
@@ -1025,7 +978,7 @@ mod kernel {
                 }
                 let poisoned = ld_cg_i64(unsafe { sums.add(slot - 2) }) != 0;
                 let label = if valid {
-                    (unsafe { *labels.add(cur * rows + r) }) as usize
+                    lds_u32(sx + (r * lay.stride + label_offset(dim as usize)) as u32) as usize
                 } else {
                     0
                 };
@@ -1337,9 +1290,6 @@ mod kernel {
                     };
                 }
             }
-            if loader && k + 1 < steps && lt < mine {
-                unsafe { *labels.add((1 - cur) * rows + lt) = next_label };
-            }
             sync_threads();
         }
 
@@ -1378,6 +1328,45 @@ mod kernel {
             put(o_b2 as usize + tid, unsafe { *b2m.add(tid) }, unsafe {
                 *b2v.add(tid)
             });
+        }
+    }
+
+    /// Writes rows `0..count` of an epoch's shuffled training set (`n` examples of `dim` fp16
+    /// features, u8 labels) in the layout the training kernel copies: row `i` is example
+    /// `permute(i, n, seed)`, its features, its label as a u32 at [`label_offset`] and zeros to
+    /// [`row_stride`]. Each block's rows of a step are then one run of memory, which one bulk
+    /// copy fetches, labels included. A warp per row, 16 bytes a lane and access; `dim` is a
+    /// multiple of 8 (the training kernel takes multiples of 16).
+    #[unsafe(export_name = "mlp1_persistent_shuffle")]
+    unsafe extern "ptx-kernel" fn shuffle(
+        x: *const u16,
+        y: *const u8,
+        n: u32,
+        dim: u32,
+        seed: u32,
+        count: u32,
+        out: *mut u8,
+    ) {
+        #[repr(C, align(16))]
+        #[derive(Clone, Copy)]
+        struct Chunk([u32; 4]);
+        let row = block_x() * WARPS as u32 + warp_id();
+        if row >= count {
+            return;
+        }
+        let s = permute(row, n, seed) as usize;
+        let chunks = dim as usize / 8;
+        let from = unsafe { x.add(s * dim as usize) } as *const Chunk;
+        let to = unsafe { out.add(row as usize * row_stride(dim as usize)) } as *mut Chunk;
+        let mut c = lane() as usize;
+        while c <= chunks {
+            let v = if c < chunks {
+                unsafe { *from.add(c) }
+            } else {
+                Chunk([unsafe { *y.add(s) } as u32, 0, 0, 0])
+            };
+            unsafe { *to.add(c) = v };
+            c += 32;
         }
     }
 

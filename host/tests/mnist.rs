@@ -1,7 +1,8 @@
 //! MLP training on the GPU against the CPU reference (GPU tests).
 use gpu::gemm::Accum;
+use gpu::persistent::{label_offset, row_stride};
 use half::f16;
-use host::cuda::{Arena, Gpu, dptr};
+use host::cuda::{Arena, Gpu, PushKernelArg, dptr, grid_1d};
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Persistent};
 use host::mlp::{Dataset, Options, reference, train};
@@ -92,6 +93,51 @@ fn one_step_gradients_match_cpu_reference() {
     }
 }
 
+/// The persistent kernel's shuffle against the CPU: row `i` holds example `permute(i)`'s
+/// features, its label as a u32 and zeros to the row's stride. Row counts that fill no whole
+/// block of eight warps, MNIST's input width and a small one.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn persistent_shuffle_matches_cpu() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let f = g.function("mlp1_persistent_shuffle").unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    for (n, dim, count, seed) in [(1000usize, 784usize, 996usize, 5u32), (37, 48, 30, 6)] {
+        let x: Vec<u16> = (0..n * dim).map(|_| rng.random()).collect();
+        let y: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+        let stride = row_stride(dim);
+        // Filled with a pattern the kernel must overwrite everywhere, padding included.
+        let out = g.upload(&vec![0xa5u8; count * stride]).unwrap();
+        let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&y).unwrap());
+        let s = &g.stream;
+        let (xp, yp, op) = (dptr(&dx, s), dptr(&dy, s), dptr(&out, s));
+        let (n32, dim32, count32) = (n as u32, dim as u32, count as u32);
+        let mut l = s.launch_builder(&f);
+        l.arg(&xp)
+            .arg(&yp)
+            .arg(&n32)
+            .arg(&dim32)
+            .arg(&seed)
+            .arg(&count32)
+            .arg(&op);
+        unsafe { l.launch(grid_1d(count * 32, 256)) }.unwrap();
+        let got = g.download(&out).unwrap();
+        for i in 0..count {
+            let src = gpu::shuffle::permute(i as u32, n as u32, seed) as usize;
+            let mut want = vec![0u8; stride];
+            for (k, v) in x[src * dim..(src + 1) * dim].iter().enumerate() {
+                want[2 * k..2 * k + 2].copy_from_slice(&v.to_le_bytes());
+            }
+            let at = label_offset(dim);
+            want[at..at + 4].copy_from_slice(&(y[src] as u32).to_le_bytes());
+            assert!(
+                got[i * stride..(i + 1) * stride] == want[..],
+                "n {n} dim {dim}: row {i} (example {src}) differs"
+            );
+        }
+    }
+}
+
 /// Several steps of the persistent kernel against the CPU reference stepped by hand: same
 /// batches (the GPU's shuffle), fp16 operands, fp32 SGD with momentum. Batches of 100 and 8 rows
 /// (not multiples of the 16-row tile), 3 and 4 slices of 8 hidden units, an input width of 48.
@@ -121,7 +167,7 @@ fn persistent_steps_match_cpu_reference() {
                 );
                 let carve = |arena: &mut Arena| {
                     let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
-                    let p = Persistent::new(&g, arena, &sizes, batch, acc).unwrap();
+                    let p = Persistent::new(&g, arena, &sizes, batch, acc, steps).unwrap();
                     (m, p)
                 };
                 let mut measure = Arena::measuring();
@@ -135,14 +181,18 @@ fn persistent_steps_match_cpu_reference() {
                     g.zeros::<f32>(steps).unwrap(),
                 );
                 let st = &g.stream;
+                // Shuffled on a stream of its own into the second buffer, as the training loop
+                // does for each next epoch.
+                p.shuffle(&g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, true)
+                    .unwrap();
                 // Two launches (steps 0..1, then 1..4): state must carry over between them.
                 for (step0, count) in [(0, 1), (1, steps - 1)] {
                     p.run(
                         &g,
                         &m,
-                        (dptr(&dx, st), dptr(&dy, st), n),
+                        1,
                         (dptr(&loss, st), dptr(&correct, st)),
-                        (step0, count, seed),
+                        (step0, count),
                         lr,
                         mu,
                     )

@@ -2,22 +2,27 @@
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu, arg, attribute};
+use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, arg, attribute};
 use anyhow::Result;
-use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
-use cudarc::driver::{CudaFunction, LaunchConfig};
+use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
     clustered, logits_slot,
 };
+use std::sync::Arc;
 
 pub struct Persistent {
     f: CudaFunction,
+    shuffle: CudaFunction,
     blocks: u32,
     /// Blocks per cluster (the Hopper build; 0 elsewhere: no clusters).
     cluster: u32,
     batch: u32,
+    /// Input width; rows of an epoch (steps × batch).
+    dim: u32,
+    epoch_rows: u32,
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
@@ -27,6 +32,15 @@ pub struct Persistent {
     /// Arrival counts of the grid barrier, then of each slice's pair barrier (the grid's alone
     /// on Hopper, whose pairs exchange through shared memory); zeroed before each launch.
     counters: Buf<u32>,
+    /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
+    /// next epoch's are written.
+    batches: [Buf<u8>; 2],
+    /// The stream that shuffles ahead, an event per buffer recorded after its shuffle there,
+    /// and one recorded on the GPU's stream before each training launch (whatever it queued
+    /// before has finished reading the other buffer).
+    side: Arc<CudaStream>,
+    shuffled: [CudaEvent; 2],
+    released: CudaEvent,
 }
 
 /// Why the persistent kernel (with accumulator `acc`) cannot train layers `sizes` with this
@@ -119,13 +133,15 @@ fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Resu
 }
 
 impl Persistent {
-    /// Carves the kernel's buffers from `arena`; check [`unsupported`] first.
+    /// Carves the kernel's buffers from `arena`, for epochs of `steps` steps; check
+    /// [`unsupported`] first.
     pub fn new(
         gpu: &Gpu,
         arena: &mut Arena,
         sizes: &[usize],
         batch: usize,
         acc: Accum,
+        steps: usize,
     ) -> Result<Persistent> {
         let smem = Smem::new(batch, sizes[0]);
         let f = function(gpu, acc, smem.bytes)?;
@@ -141,32 +157,91 @@ impl Persistent {
         } else {
             (blocks * EXCHANGE, 1 + slices)
         };
+        let epoch_rows = steps * batch;
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        };
         Ok(Persistent {
             f,
+            shuffle: gpu.function("mlp1_persistent_shuffle")?,
             blocks: blocks as u32,
             cluster,
             batch: batch as u32,
+            dim: sizes[0] as u32,
+            epoch_rows: epoch_rows as u32,
             smem,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
             exchange: arena.alloc(exchange)?,
             counters: arena.alloc(counters)?,
+            batches: [
+                arena.alloc(epoch_rows * smem.stride)?,
+                arena.alloc(epoch_rows * smem.stride)?,
+            ],
+            side: gpu.ctx.new_stream()?,
+            shuffled: [event()?, event()?],
+            released: event()?,
         })
     }
 
-    /// Runs steps `step0..step0 + steps` of an epoch whose shuffle is keyed by `seed`, over the
-    /// training set `x`/`y` (`n` examples), writing each step's mean loss and correct count to
+    /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
+    /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
+    /// label, so that a block fetches its rows of a step in one copy (the kernel
+    /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
+    /// its own, where it runs on the SMs a training launch leaves idle; that stream first waits
+    /// for the launches queued before the last [`Persistent::run`], which read the other buffer.
+    /// [`Persistent::run`] waits for the shuffle of its buffer either way.
+    pub fn shuffle(
+        &self,
+        gpu: &Gpu,
+        (x, y, n): (u64, u64, usize),
+        seed: u32,
+        buf: usize,
+        ahead: bool,
+    ) -> Result<()> {
+        let stream = if ahead { &self.side } else { &gpu.stream };
+        if ahead {
+            stream.wait(&self.released)?;
+        }
+        let (n, rows, threads) = (n as u32, self.epoch_rows, THREADS as u32);
+        let mut l = stream.launch_builder(&self.shuffle);
+        l.arg(&x)
+            .arg(&y)
+            .arg(&n)
+            .arg(&self.dim)
+            .arg(&seed)
+            .arg(&rows);
+        l.arg(&self.batches[buf].ptr);
+        let cfg = LaunchConfig {
+            grid_dim: (rows.div_ceil(threads / 32).max(1), 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the kernel's signature; the buffers live as long as
+        // `self` and the caller's training set, which outlive the queued work.
+        unsafe { l.launch(cfg) }?;
+        if ahead {
+            self.shuffled[buf].record(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Runs steps `step0..step0 + steps` of the epoch shuffled into buffer `buf`
+    /// ([`Persistent::shuffle`]), writing each step's mean loss and correct count to
     /// `loss[step]`/`correct[step]`. Queued on the stream; nothing is copied to the host.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         gpu: &Gpu,
         model: &Mlp,
-        (x, y, n): (u64, u64, usize),
+        buf: usize,
         (loss, correct): (u64, u64),
-        (step0, steps, seed): (usize, usize, u32),
+        (step0, steps): (usize, usize),
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
+        gpu.stream.wait(&self.shuffled[buf])?;
+        self.released.record(&gpu.stream)?;
         gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
         // The two halves of the batch add their loss and correct count into each step's slot.
@@ -176,8 +251,7 @@ impl Persistent {
         let (offs, _) = param_layout(&model.sizes);
         let size = |i: usize| model.sizes[i] as u32;
         let args = TrainArgs {
-            x,
-            y,
+            batches: self.batches[buf].ptr,
             w32: model.w32.ptr,
             w16: model.w16.ptr,
             vel: model.vel.ptr,
@@ -186,7 +260,6 @@ impl Persistent {
             logits: self.logits.ptr,
             exchange: self.exchange.ptr,
             counters: self.counters.ptr,
-            n: n as u32,
             dim: size(0),
             hidden: size(1),
             classes: size(2),
@@ -199,7 +272,6 @@ impl Persistent {
             momentum,
             step0: step0 as u32,
             steps: steps as u32,
-            seed,
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
         // once, which the grid barrier needs. On Hopper the blocks of each slice (or of two)

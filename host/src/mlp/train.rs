@@ -212,7 +212,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         };
         let model = Mlp::new(gpu, arena, &sizes, o.batch, eval_rows, o.accum, o.config)?;
         let p = use_persistent
-            .then(|| Persistent::new(gpu, arena, &sizes, o.batch, o.accum))
+            .then(|| Persistent::new(gpu, arena, &sizes, o.batch, o.accum, steps))
             .transpose()?;
         Ok((b, model, p))
     };
@@ -384,16 +384,26 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         bar.set_prefix(epoch.to_string());
         let t0 = Instant::now();
         if let Some(p) = &fused {
-            // The whole epoch in one launch (a few milliseconds: no progress to show inside).
+            // The whole epoch in one launch (a few milliseconds: no progress to show inside),
+            // over rows shuffled before it: the first epoch's here, each next one's while the
+            // epoch before it trains, on the SMs the launch leaves idle.
+            let train_set = (b.x_train.ptr, b.y_train.ptr, ds.train.count);
+            let buf = epoch % 2;
+            if epoch == 1 {
+                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
+            }
             p.run(
                 gpu,
                 &model,
-                (b.x_train.ptr, b.y_train.ptr, ds.train.count),
+                buf,
                 (b.loss_steps.ptr, b.correct_steps.ptr),
-                (0, steps, epoch_seed(o.seed, epoch)),
+                (0, steps),
                 o.lr,
                 o.momentum,
             )?;
+            if epoch < o.epochs {
+                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
+            }
         } else {
             gpu.upload_to(b.seed, &[epoch_seed(o.seed, epoch)])?;
             gpu.upload_to(b.step, &[0])?;
