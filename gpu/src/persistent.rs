@@ -1,4 +1,4 @@
-//! A one-hidden-layer MLP trained by one persistent kernel: batch gather, forward, softmax
+//! A one-hidden-layer MLP trained by one persistent kernel: batch fetch, forward, softmax
 //! cross-entropy, backward and the SGD update of many consecutive steps run inside one launch.
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
@@ -25,12 +25,14 @@
 //!
 //! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
 //! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
-//! instead of preceding its forward. Within a block, warps 0-3 own the 16-row tiles of the batch
-//! through the forward, the partial logits, the softmax and dH, so those stay in registers as
-//! `mma` fragments (an accumulator fragment of one product is the A fragment of the next), while
-//! warps 4-7 fetch the next batch (`cp.async`, or on Hopper the copy engine's bulk copies);
-//! all eight share dW1. W1's fp32 master values and momentum
-//! live in registers for the whole launch. `docs/persistent.md` has the measurements.
+//! instead of preceding its forward. The epoch's rows are shuffled before it by a kernel of
+//! their own, in step order and each with its label, so a block's rows of a step are one run of
+//! memory. Within a block, warps 0-3 own the 16-row tiles of the batch through the forward, the
+//! partial logits, the softmax and dH, so those stay in registers as `mma` fragments (an
+//! accumulator fragment of one product is the A fragment of the next), while warps 4-7 fetch
+//! the next batch (`cp.async`, or on Hopper one bulk copy of the copy engine); all eight share
+//! dW1. W1's fp32 master values and momentum live in registers for the whole launch.
+//! `docs/persistent.md` has the measurements.
 
 /// Hidden units per slice: one n = 8 `mma` tile.
 pub const UNITS: usize = 8;
@@ -324,11 +326,12 @@ mod kernel {
     }
 
     /// Hopper builds (sm_90, PTX 8.1) use two of its features:
-    /// - bulk copies (`cp.async.bulk`: the copy engine moves whole rows and reports their bytes
-    ///   at the buffer's `mbarrier`) fetch the next batch, so the loader warps issue one
-    ///   instruction per row instead of stalling on 16-byte `cp.async` pieces. They are issued
-    ///   as the forward starts, when no other global traffic is in flight: issued right after
-    ///   dW1 instead, they delayed the exchange and made the step slower;
+    /// - a bulk copy (`cp.async.bulk`: the copy engine moves the block's rows, one run of the
+    ///   shuffled set, and reports their bytes at the buffer's `mbarrier`) fetches the next
+    ///   batch: one instruction instead of 16-byte `cp.async` pieces a warp stalls on. It is
+    ///   issued as the forward starts, when no other global traffic is in flight (64 copies,
+    ///   one per row, issued right after dW1 instead delayed the exchange and made the step
+    ///   slower);
     /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
     ///   into its partner's shared memory as `st.async` messages, which the partner's
     ///   `mbarrier` counts, instead of a round trip through L2 and a barrier polled in global
@@ -1335,8 +1338,9 @@ mod kernel {
     /// features, u8 labels) in the layout the training kernel copies: row `i` is example
     /// `permute(i, n, seed)`, its features, its label as a u32 at [`label_offset`] and zeros to
     /// [`row_stride`]. Each block's rows of a step are then one run of memory, which one bulk
-    /// copy fetches, labels included. A warp per row, 16 bytes a lane and access; `dim` is a
-    /// multiple of 8 (the training kernel takes multiples of 16).
+    /// copy fetches, labels included. A warp per row (grid-stride, so any grid covers them), 16
+    /// bytes a lane and access; `dim` is a multiple of 8 (the training kernel takes multiples of
+    /// 16).
     #[unsafe(export_name = "mlp1_persistent_shuffle")]
     unsafe extern "ptx-kernel" fn shuffle(
         x: *const u16,
@@ -1350,23 +1354,23 @@ mod kernel {
         #[repr(C, align(16))]
         #[derive(Clone, Copy)]
         struct Chunk([u32; 4]);
-        let row = block_x() * WARPS as u32 + warp_id();
-        if row >= count {
-            return;
-        }
-        let s = permute(row, n, seed) as usize;
         let chunks = dim as usize / 8;
-        let from = unsafe { x.add(s * dim as usize) } as *const Chunk;
-        let to = unsafe { out.add(row as usize * row_stride(dim as usize)) } as *mut Chunk;
-        let mut c = lane() as usize;
-        while c <= chunks {
-            let v = if c < chunks {
-                unsafe { *from.add(c) }
-            } else {
-                Chunk([unsafe { *y.add(s) } as u32, 0, 0, 0])
-            };
-            unsafe { *to.add(c) = v };
-            c += 32;
+        let mut row = block_x() * WARPS as u32 + warp_id();
+        while row < count {
+            let s = permute(row, n, seed) as usize;
+            let from = unsafe { x.add(s * dim as usize) } as *const Chunk;
+            let to = unsafe { out.add(row as usize * row_stride(dim as usize)) } as *mut Chunk;
+            let mut c = lane() as usize;
+            while c <= chunks {
+                let v = if c < chunks {
+                    unsafe { *from.add(c) }
+                } else {
+                    Chunk([unsafe { *y.add(s) } as u32, 0, 0, 0])
+                };
+                unsafe { *to.add(c) = v };
+                c += 32;
+            }
+            row += grid_dim_x() * WARPS as u32;
         }
     }
 

@@ -45,8 +45,9 @@ impl Gpu {
             bail!("GPU {ordinal} requested, but only {count} present");
         }
         let ctx = CudaContext::new(ordinal).context("could not create a CUDA context")?;
-        // One stream, ordered by hand: cudarc's per-buffer events would add work to every
-        // launch and break graph capture.
+        // Streams ordered by hand (the persistent kernel's shuffle stream meets this one by its
+        // own events): cudarc's per-buffer events would add work to every launch and break
+        // graph capture.
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability()?;
         let sm = (major * 10 + minor) as u32;
@@ -57,7 +58,11 @@ impl Gpu {
         let module = ctx
             .load_module(ptx.source.to_string().into())
             .with_context(|| format!("the driver rejected the embedded {} PTX", ptx.arch))?;
-        let stream = ctx.new_stream()?;
+        // The highest priority: where another stream's kernels run beside this one's (the
+        // persistent kernel's shuffle ahead), this stream's blocks take freed SMs first.
+        ctx.bind_to_thread()?;
+        let (_, highest) = cudarc::driver::result::stream::get_priority_range()?;
+        let stream = ctx.new_stream_with_priority(highest)?;
         let sms = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
         Ok(Gpu {
             ctx,

@@ -1,8 +1,9 @@
 //! MLP training on the GPU against the CPU reference (GPU tests).
+use cudarc::driver::LaunchConfig;
 use gpu::gemm::Accum;
 use gpu::persistent::{label_offset, row_stride};
 use half::f16;
-use host::cuda::{Arena, Gpu, PushKernelArg, dptr, grid_1d};
+use host::cuda::{Arena, Gpu, PushKernelArg, dptr};
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Persistent};
 use host::mlp::{Dataset, Options, reference, train};
@@ -94,8 +95,9 @@ fn one_step_gradients_match_cpu_reference() {
 }
 
 /// The persistent kernel's shuffle against the CPU: row `i` holds example `permute(i)`'s
-/// features, its label as a u32 and zeros to the row's stride. Row counts that fill no whole
-/// block of eight warps, MNIST's input width and a small one.
+/// features, its label as a u32 and zeros to the row's stride. MNIST's input width and a small
+/// one, row counts that fill no whole block of eight warps, and grids of a warp per row and of
+/// three blocks (the grid-stride loop the training loop's smaller grids take).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn persistent_shuffle_matches_cpu() {
@@ -106,34 +108,41 @@ fn persistent_shuffle_matches_cpu() {
         let x: Vec<u16> = (0..n * dim).map(|_| rng.random()).collect();
         let y: Vec<u8> = (0..n).map(|_| rng.random()).collect();
         let stride = row_stride(dim);
-        // Filled with a pattern the kernel must overwrite everywhere, padding included.
-        let out = g.upload(&vec![0xa5u8; count * stride]).unwrap();
         let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&y).unwrap());
         let s = &g.stream;
-        let (xp, yp, op) = (dptr(&dx, s), dptr(&dy, s), dptr(&out, s));
         let (n32, dim32, count32) = (n as u32, dim as u32, count as u32);
-        let mut l = s.launch_builder(&f);
-        l.arg(&xp)
-            .arg(&yp)
-            .arg(&n32)
-            .arg(&dim32)
-            .arg(&seed)
-            .arg(&count32)
-            .arg(&op);
-        unsafe { l.launch(grid_1d(count * 32, 256)) }.unwrap();
-        let got = g.download(&out).unwrap();
-        for i in 0..count {
-            let src = gpu::shuffle::permute(i as u32, n as u32, seed) as usize;
-            let mut want = vec![0u8; stride];
-            for (k, v) in x[src * dim..(src + 1) * dim].iter().enumerate() {
-                want[2 * k..2 * k + 2].copy_from_slice(&v.to_le_bytes());
+        for blocks in [count.div_ceil(8) as u32, 3] {
+            // Filled with a pattern the kernel must overwrite everywhere, padding included.
+            let out = g.upload(&vec![0xa5u8; count * stride]).unwrap();
+            let (xp, yp, op) = (dptr(&dx, s), dptr(&dy, s), dptr(&out, s));
+            let mut l = s.launch_builder(&f);
+            l.arg(&xp)
+                .arg(&yp)
+                .arg(&n32)
+                .arg(&dim32)
+                .arg(&seed)
+                .arg(&count32)
+                .arg(&op);
+            let cfg = LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            unsafe { l.launch(cfg) }.unwrap();
+            let got = g.download(&out).unwrap();
+            for i in 0..count {
+                let src = gpu::shuffle::permute(i as u32, n as u32, seed) as usize;
+                let mut want = vec![0u8; stride];
+                for (k, v) in x[src * dim..(src + 1) * dim].iter().enumerate() {
+                    want[2 * k..2 * k + 2].copy_from_slice(&v.to_le_bytes());
+                }
+                let at = label_offset(dim);
+                want[at..at + 4].copy_from_slice(&(y[src] as u32).to_le_bytes());
+                assert!(
+                    got[i * stride..(i + 1) * stride] == want[..],
+                    "n {n} dim {dim}, {blocks} blocks: row {i} (example {src}) differs"
+                );
             }
-            let at = label_offset(dim);
-            want[at..at + 4].copy_from_slice(&(y[src] as u32).to_le_bytes());
-            assert!(
-                got[i * stride..(i + 1) * stride] == want[..],
-                "n {n} dim {dim}: row {i} (example {src}) differs"
-            );
         }
     }
 }

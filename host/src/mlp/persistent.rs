@@ -35,12 +35,12 @@ pub struct Persistent {
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
     batches: [Buf<u8>; 2],
-    /// The stream that shuffles ahead, an event per buffer recorded after its shuffle there,
-    /// and one recorded on the GPU's stream before each training launch (whatever it queued
-    /// before has finished reading the other buffer).
+    /// The stream that shuffles ahead (of the lowest priority; the GPU's stream has the
+    /// highest, so its launches take SMs first), and per buffer an event recorded after a
+    /// shuffle into it there and one after the last launch that read it.
     side: Arc<CudaStream>,
     shuffled: [CudaEvent; 2],
-    released: CudaEvent,
+    read: [CudaEvent; 2],
 }
 
 /// Why the persistent kernel (with accumulator `acc`) cannot train layers `sizes` with this
@@ -180,17 +180,17 @@ impl Persistent {
             ],
             side: gpu.ctx.new_stream()?,
             shuffled: [event()?, event()?],
-            released: event()?,
+            read: [event()?, event()?],
         })
     }
 
     /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
-    /// label, so that a block fetches its rows of a step in one copy (the kernel
+    /// label, so that a block's rows of a step are one run of memory (the kernel
     /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
-    /// its own, where it runs on the SMs a training launch leaves idle; that stream first waits
-    /// for the launches queued before the last [`Persistent::run`], which read the other buffer.
-    /// [`Persistent::run`] waits for the shuffle of its buffer either way.
+    /// its own, after the last launch that read the buffer: there it runs on the SMs a training
+    /// launch leaves idle, a block for each. [`Persistent::run`] waits for the shuffle of its
+    /// buffer either way.
     pub fn shuffle(
         &self,
         gpu: &Gpu,
@@ -201,9 +201,10 @@ impl Persistent {
     ) -> Result<()> {
         let stream = if ahead { &self.side } else { &gpu.stream };
         if ahead {
-            stream.wait(&self.released)?;
+            stream.wait(&self.read[buf])?;
         }
         let (n, rows, threads) = (n as u32, self.epoch_rows, THREADS as u32);
+        let idle = gpu.sm_count().saturating_sub(self.blocks).max(1);
         let mut l = stream.launch_builder(&self.shuffle);
         l.arg(&x)
             .arg(&y)
@@ -213,7 +214,7 @@ impl Persistent {
             .arg(&rows);
         l.arg(&self.batches[buf].ptr);
         let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(threads / 32).max(1), 1, 1),
+            grid_dim: (idle.min(rows.div_ceil(threads / 32)).max(1), 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -241,7 +242,6 @@ impl Persistent {
         momentum: f32,
     ) -> Result<()> {
         gpu.stream.wait(&self.shuffled[buf])?;
-        self.released.record(&gpu.stream)?;
         gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
         // The two halves of the batch add their loss and correct count into each step's slot.
@@ -287,7 +287,8 @@ impl Persistent {
         // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
-        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }
+        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }?;
+        Ok(self.read[buf].record(&gpu.stream)?)
     }
 
     pub fn blocks(&self) -> u32 {
