@@ -1339,8 +1339,8 @@ mod kernel {
     /// `permute(i, n, seed)`, its features, its label as a u32 at [`label_offset`] and zeros to
     /// [`row_stride`]. Each block's rows of a step are then one run of memory, which one bulk
     /// copy fetches, labels included. A warp per row (grid-stride, so any grid covers them), 16
-    /// bytes a lane and access; `dim` is a multiple of 8 (the training kernel takes multiples of
-    /// 16).
+    /// bytes a lane and access; `dim` is a multiple of 16, as the training kernel needs (then
+    /// the stride is the features and one 16-byte chunk for the label).
     #[unsafe(export_name = "mlp1_persistent_shuffle")]
     unsafe extern "ptx-kernel" fn shuffle(
         x: *const u16,

@@ -171,7 +171,7 @@ fn persistent_steps_match_cpu_reference() {
         for acc in [Accum::F16, Accum::F32] {
             for batch in [100usize, 8] {
                 assert_eq!(
-                    persistent::unsupported(&g, &sizes, batch, acc).unwrap(),
+                    persistent::unsupported(&g, &sizes, batch, steps, acc).unwrap(),
                     None
                 );
                 let carve = |arena: &mut Arena| {
@@ -275,7 +275,7 @@ fn persistent_steps_match_cpu_reference() {
         (vec![48, 24, 10], 129),
     ] {
         assert!(
-            persistent::unsupported(&g, &sizes, batch, Accum::F16)
+            persistent::unsupported(&g, &sizes, batch, 4, Accum::F16)
                 .unwrap()
                 .is_some(),
             "{sizes:?} batch {batch}"

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
-    clustered, logits_slot,
+    clustered, logits_slot, row_stride,
 };
 use std::sync::Arc;
 
@@ -36,16 +36,30 @@ pub struct Persistent {
     /// next epoch's are written.
     batches: [Buf<u8>; 2],
     /// The stream that shuffles ahead (of the lowest priority; the GPU's stream has the
-    /// highest, so its launches take SMs first), and per buffer an event recorded after a
-    /// shuffle into it there and one after the last launch that read it.
+    /// highest, so its launches take SMs first); an event per buffer recorded after a shuffle
+    /// into it, and one recorded on the GPU's stream where a shuffle ahead is queued.
     side: Arc<CudaStream>,
     shuffled: [CudaEvent; 2],
-    read: [CudaEvent; 2],
+    queued: CudaEvent,
+}
+
+impl Drop for Persistent {
+    /// A shuffle ahead may still run (an epoch that failed returns early): it writes buffers
+    /// of the arena, which outlives `self`, so it must end first.
+    fn drop(&mut self) {
+        let _ = self.side.synchronize();
+    }
 }
 
 /// Why the persistent kernel (with accumulator `acc`) cannot train layers `sizes` with this
-/// batch on this GPU; `None` when it can.
-pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Result<Option<String>> {
+/// batch and epochs of `steps` steps on this GPU; `None` when it can.
+pub fn unsupported(
+    gpu: &Gpu,
+    sizes: &[usize],
+    batch: usize,
+    steps: usize,
+    acc: Accum,
+) -> Result<Option<String>> {
     if sizes.len() != 3 {
         return Ok(Some(format!(
             "it trains one hidden layer, this model has {}",
@@ -53,6 +67,7 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Resu
         )));
     }
     let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
+    let shuffled = 2 * steps * batch * row_stride(dim);
     let why = if gpu.ptx.sm < 80 {
         format!(
             "it needs sm_80 PTX or newer, the GPU runs {} (see GPU_ARCHS)",
@@ -66,6 +81,11 @@ pub fn unsupported(gpu: &Gpu, sizes: &[usize], batch: usize, acc: Accum) -> Resu
         format!("the batch {batch} is above {MAX_BATCH}")
     } else if classes > MAX_CLASSES {
         format!("{classes} classes are more than {MAX_CLASSES}")
+    } else if shuffled > gpu.mem_info()?.0 / 2 {
+        format!(
+            "its two shuffled copies of the training set need {} MiB, over half the GPU's free memory",
+            shuffled >> 20
+        )
     } else {
         let bytes = Smem::new(batch, dim).bytes;
         let max = gpu.max_smem_optin()?;
@@ -180,7 +200,7 @@ impl Persistent {
             ],
             side: gpu.ctx.new_stream()?,
             shuffled: [event()?, event()?],
-            read: [event()?, event()?],
+            queued: event()?,
         })
     }
 
@@ -188,9 +208,10 @@ impl Persistent {
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
     /// label, so that a block's rows of a step are one run of memory (the kernel
     /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
-    /// its own, after the last launch that read the buffer: there it runs on the SMs a training
-    /// launch leaves idle, a block for each. [`Persistent::run`] waits for the shuffle of its
-    /// buffer either way.
+    /// its own, after what the GPU's stream has queued so far (the launches that read the
+    /// buffer, the uploads of the set): a training launch queued next runs beside it, and the
+    /// shuffle takes the SMs that launch leaves idle (at least 16 blocks).
+    /// [`Persistent::run`] waits for the shuffle of its buffer either way.
     pub fn shuffle(
         &self,
         gpu: &Gpu,
@@ -199,12 +220,17 @@ impl Persistent {
         buf: usize,
         ahead: bool,
     ) -> Result<()> {
-        let stream = if ahead { &self.side } else { &gpu.stream };
-        if ahead {
-            stream.wait(&self.read[buf])?;
-        }
         let (n, rows, threads) = (n as u32, self.epoch_rows, THREADS as u32);
-        let idle = gpu.sm_count().saturating_sub(self.blocks).max(1);
+        let sms = gpu.sm_count();
+        let (stream, blocks) = if ahead {
+            self.queued.record(&gpu.stream)?;
+            self.side.wait(&self.queued)?;
+            (&self.side, sms.saturating_sub(self.blocks).max(16))
+        } else {
+            // After any shuffle ahead into the same buffer.
+            gpu.stream.wait(&self.shuffled[buf])?;
+            (&gpu.stream, 4 * sms)
+        };
         let mut l = stream.launch_builder(&self.shuffle);
         l.arg(&x)
             .arg(&y)
@@ -214,7 +240,7 @@ impl Persistent {
             .arg(&rows);
         l.arg(&self.batches[buf].ptr);
         let cfg = LaunchConfig {
-            grid_dim: (idle.min(rows.div_ceil(threads / 32)).max(1), 1, 1),
+            grid_dim: (blocks.min(rows.div_ceil(threads / 32)).max(1), 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -287,8 +313,7 @@ impl Persistent {
         // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
-        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }?;
-        Ok(self.read[buf].record(&gpu.stream)?)
+        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }
     }
 
     pub fn blocks(&self) -> u32 {

@@ -188,7 +188,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     let not_applicable = if opted_out {
         None
     } else {
-        persistent::unsupported(gpu, &sizes, o.batch, o.accum)?
+        persistent::unsupported(gpu, &sizes, o.batch, steps, o.accum)?
     };
     let use_persistent = !opted_out && not_applicable.is_none();
     let eval_rows = ds.test.count.min(8192);
@@ -386,11 +386,15 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         if let Some(p) = &fused {
             // The whole epoch in one launch (a few milliseconds: no progress to show inside),
             // over rows shuffled before it: the first epoch's here, each next one's while the
-            // epoch before it trains, on the SMs the launch leaves idle.
+            // epoch before it trains, on the SMs the launch leaves idle (queued first, after
+            // the previous epoch, which read its buffer).
             let train_set = (b.x_train.ptr, b.y_train.ptr, ds.train.count);
             let buf = epoch % 2;
             if epoch == 1 {
                 p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
+            }
+            if epoch < o.epochs {
+                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
             }
             p.run(
                 gpu,
@@ -401,9 +405,6 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
                 o.lr,
                 o.momentum,
             )?;
-            if epoch < o.epochs {
-                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
-            }
         } else {
             gpu.upload_to(b.seed, &[epoch_seed(o.seed, epoch)])?;
             gpu.upload_to(b.step, &[0])?;
