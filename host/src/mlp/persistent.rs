@@ -209,8 +209,11 @@ impl Persistent {
     /// label, so that a block's rows of a step are one run of memory (the kernel
     /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
     /// its own, after what the GPU's stream has queued so far (the launches that read the
-    /// buffer, the uploads of the set): a training launch queued next runs beside it, and the
-    /// shuffle takes the SMs that launch leaves idle (at least 16 blocks).
+    /// buffer, the uploads of the set): a training launch queued next runs beside it. The
+    /// shuffle ahead is held to a quarter of the SMs because it shares the memory system with
+    /// that launch: MNIST on an H100, over the 100 SMs the launch leaves idle it slowed the
+    /// epoch by 0.23 ms, over 8 to 32 blocks by nothing measurable; 4 blocks took longer than
+    /// the epoch (2026-11-23, `docs/persistent.md`).
     /// [`Persistent::run`] waits for the shuffle of its buffer either way.
     pub fn shuffle(
         &self,
@@ -225,7 +228,7 @@ impl Persistent {
         let (stream, blocks) = if ahead {
             self.queued.record(&gpu.stream)?;
             self.side.wait(&self.queued)?;
-            (&self.side, sms.saturating_sub(self.blocks).max(16))
+            (&self.side, sms.div_ceil(4))
         } else {
             // After any shuffle ahead into the same buffer.
             gpu.stream.wait(&self.shuffled[buf])?;

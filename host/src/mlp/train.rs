@@ -386,8 +386,8 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         if let Some(p) = &fused {
             // The whole epoch in one launch (a few milliseconds: no progress to show inside),
             // over rows shuffled before it: the first epoch's here, each next one's while the
-            // epoch before it trains, on the SMs the launch leaves idle (queued first, after
-            // the previous epoch, which read its buffer).
+            // epoch before it trains, beside the launch (queued first, after the previous
+            // epoch, which read its buffer).
             let train_set = (b.x_train.ptr, b.y_train.ptr, ds.train.count);
             let buf = epoch % 2;
             if epoch == 1 {
