@@ -329,9 +329,9 @@ mod kernel {
     /// - a bulk copy (`cp.async.bulk`: the copy engine moves the block's rows, one run of the
     ///   shuffled set, and reports their bytes at the buffer's `mbarrier`) fetches the next
     ///   batch: one instruction instead of 16-byte `cp.async` pieces a warp stalls on. It is
-    ///   issued as the forward starts, when no other global traffic is in flight (64 copies,
-    ///   one per row, issued right after dW1 instead delayed the exchange and made the step
-    ///   slower);
+    ///   issued as the forward starts, when no other global traffic is in flight (issued at or
+    ///   after the grid barrier instead it made the step slower; so did the 64 per-row copies
+    ///   of earlier builds, issued right after dW1);
     /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
     ///   into its partner's shared memory as `st.async` messages, which the partner's
     ///   `mbarrier` counts, instead of a round trip through L2 and a barrier polled in global
@@ -786,7 +786,7 @@ mod kernel {
             }
             // Announced after the block barrier, not straight after the inits: there the JIT
             // made the inits uniform (warp-wide) instructions, and racecheck reported them
-            // against thread 0's arrive on the same mbarrier (warnings, 48-64 a launch).
+            // against thread 0's arrive on the same mbarrier (16 warnings on the persistent tests).
             sync_threads();
             if tid == 0 {
                 // The partner's shares of the first step (the next ones are announced as each
@@ -841,8 +841,8 @@ mod kernel {
 
             // Forward (warps 0-3): H = relu(X·W1[s]ᵀ + b1[s]) for the warp's tile, kept as an
             // accumulator fragment (rows g, g+8; units 2t, 2t+1) and stored fp16 for dW2.
-            // (Splitting K with the loader warps, once their bulk copies are issued, made the
-            // forward slower on Hopper: 5,600 cycles against 4,500.)
+            // (Splitting K with the loader warps, when they issued 64 bulk copies a step, made
+            // the forward slower on Hopper: 5,600 cycles against 4,500.)
             let mut hf = [0.0f32; 4];
             if tile_rows {
                 let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
