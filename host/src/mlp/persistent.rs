@@ -3,7 +3,7 @@
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, arg, attribute};
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
@@ -214,7 +214,8 @@ impl Persistent {
     /// that launch: MNIST on an H100, over the 100 SMs the launch leaves idle it slowed the
     /// epoch by 0.23 ms, over 8 to 32 blocks by nothing measurable; 4 blocks took longer than
     /// the epoch (2026-11-23, `docs/persistent.md`).
-    /// [`Persistent::run`] waits for the shuffle of its buffer either way.
+    /// [`Persistent::run`] waits for the shuffle of its buffer either way. Refuses a set of
+    /// fewer examples than an epoch's rows: the permutation is of the whole set.
     pub fn shuffle(
         &self,
         gpu: &Gpu,
@@ -223,6 +224,11 @@ impl Persistent {
         buf: usize,
         ahead: bool,
     ) -> Result<()> {
+        ensure!(
+            n >= self.epoch_rows as usize,
+            "an epoch takes {} rows, the training set has {n}",
+            self.epoch_rows
+        );
         let (n, rows, threads) = (n as u32, self.epoch_rows, THREADS as u32);
         let sms = gpu.sm_count();
         let (stream, blocks) = if ahead {
@@ -259,6 +265,7 @@ impl Persistent {
     /// Runs steps `step0..step0 + steps` of the epoch shuffled into buffer `buf`
     /// ([`Persistent::shuffle`]), writing each step's mean loss and correct count to
     /// `loss[step]`/`correct[step]`. Queued on the stream; nothing is copied to the host.
+    /// Refuses steps past the epoch's rows.
     #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
@@ -270,6 +277,12 @@ impl Persistent {
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
+        let epoch_steps = (self.epoch_rows / self.batch) as usize;
+        ensure!(
+            step0 + steps <= epoch_steps,
+            "steps {step0}..{} are past the epoch's {epoch_steps}",
+            step0 + steps
+        );
         gpu.stream.wait(&self.shuffled[buf])?;
         gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
