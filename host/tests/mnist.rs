@@ -158,7 +158,8 @@ fn persistent_shuffle_matches_cpu() {
 fn persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let mut rng = StdRng::seed_from_u64(7);
-    // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two).
+    // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two), at
+    // input widths of 3 and of 49 dW1 tiles.
     let (n, steps, seed, lr, mu) = (500usize, 4usize, 77u32, 0.05f32, 0.9f32);
     let (mut ok, mut report) = (true, Vec::new());
     for sizes in [[48, 24, 10], [48, 32, 10], [784, 32, 10]] {
