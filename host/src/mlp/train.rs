@@ -449,7 +449,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         bar.finish_and_clear();
         if !o.quiet && (epoch % o.print_every == 0 || epoch == o.epochs) {
             println!(
-                "epoch {epoch:>3}  train loss {train_loss:.4}  test loss {test_loss:.4}  test accuracy {:.2}%  {:.4} s  ({:.0} samples/s)",
+                "epoch {epoch:>3}  train loss {train_loss:.4}  test loss {test_loss:.4}  test accuracy {:.2}%  {:.6} s  ({:.0} samples/s)",
                 100.0 * test_accuracy,
                 seconds,
                 (steps * o.batch) as f64 / seconds
@@ -477,7 +477,7 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
         let train_s: f64 = results.iter().map(|e| e.seconds).sum();
         let last = results.last().unwrap();
         println!(
-            "done: {} epochs in {train_s:.2} s of training ({:.4} s/epoch), final test accuracy {:.2}%{}",
+            "done: {} epochs in {train_s:.3} s of training ({:.6} s/epoch), final test accuracy {:.2}%{}",
             o.epochs,
             train_s / o.epochs as f64,
             100.0 * last.test_accuracy,
