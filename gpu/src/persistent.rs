@@ -659,8 +659,7 @@ mod kernel {
     /// Warps that split the forward's K. On Hopper all eight (the copy engine fetches the next
     /// batch) where their partials fit [`PARTIALS`], which fp32 ones fit four of; elsewhere the
     /// four tile warps (the loader warps issue `cp.async` meanwhile).
-    #[inline(always)]
-    fn forward_warps<A: Acc>() -> usize {
+    const fn forward_warps<A: Acc>() -> usize {
         if HOPPER && size_of::<A>() == 8 {
             WARPS
         } else {
@@ -912,6 +911,7 @@ mod kernel {
             // are independent accumulator chains. Warp t then sums tile t's partials and keeps H
             // as an accumulator fragment (rows g, g+8; units 2t, 2t+1), stored fp16 for dW2.
             let fwd = forward_warps::<A>();
+            const { assert!(forward_warps::<A>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
             let tiles = rows / 16;
             let mut acc = [A::ZERO; TILES];
             if mine > 0 && w < fwd {
