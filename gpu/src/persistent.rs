@@ -41,8 +41,9 @@ pub const UNITS: usize = 8;
 /// Threads per block: 8 warps.
 pub const THREADS: usize = 256;
 const WARPS: usize = THREADS / 32;
-/// Limits of the kernel: four 16-row tiles per half batch (two warps each in the forward),
-/// seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16 step.
+/// Limits of the kernel: four 16-row tiles per half batch (each warp of the forward takes all
+/// four), seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16
+/// step.
 pub const MAX_BATCH: usize = 128;
 pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
@@ -1055,8 +1056,8 @@ mod kernel {
             }
             // Softmax cross-entropy, SPLIT threads per row (adjacent lanes), MAX_CLASSES / SPLIT
             // classes each; the gradient of the logits, scaled by 1/batch, goes to shared memory
-            // in fp16. On Hopper all eight warps take part (the loader warps are free once the
-            // grid barrier has passed), elsewhere the tile warps. Every such thread runs it (the
+            // in fp16. On Hopper all eight warps take part (none has a copy to issue there),
+            // elsewhere the tile warps. Every such thread runs it (the
             // shuffles need whole warps); threads past the block's rows compute on the batch's
             // row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
             // past the batch.)
