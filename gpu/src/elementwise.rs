@@ -1,5 +1,5 @@
 //! Elementwise kernels on fp16 matrices.
-use crate::device::*;
+use crate::arch::*;
 
 /// In place, `C[i][j] = act(C[i][j] + bias[j])` over an M×N matrix with leading dimension
 /// `ldc`: the epilogue as a separate kernel, which the fused GEMM epilogue is measured against.

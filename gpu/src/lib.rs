@@ -30,13 +30,11 @@ pub mod shuffle;
 pub const REGRESSION_THREADS: u32 = 256;
 
 #[cfg(target_arch = "nvptx64")]
-pub mod device;
+pub mod arch;
 #[cfg(target_arch = "nvptx64")]
 mod elementwise;
 #[cfg(target_arch = "nvptx64")]
 mod mlp;
-#[cfg(target_arch = "nvptx64")]
-pub mod mma;
 #[cfg(target_arch = "nvptx64")]
 mod regression;
 #[cfg(target_arch = "nvptx64")]

@@ -1,30 +1,7 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
-use crate::device::*;
+use crate::arch::*;
 use crate::shuffle::permute;
-use core::arch::asm;
-
-/// `2^x`, the SFU's approximation (max relative error 2^-22).
-#[inline(always)]
-pub(crate) fn exp2(x: f32) -> f32 {
-    let r: f32;
-    unsafe {
-        asm!("ex2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-    };
-    r
-}
-
-#[inline(always)]
-pub(crate) fn log2(x: f32) -> f32 {
-    let r: f32;
-    unsafe {
-        asm!("lg2.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-    };
-    r
-}
-
-pub(crate) const LOG2_E: f32 = core::f32::consts::LOG2_E;
-pub(crate) const LN_2: f32 = core::f32::consts::LN_2;
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
 #[unsafe(no_mangle)]
@@ -103,15 +80,15 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(
         }
         let mut sum = 0.0;
         for c in 0..classes {
-            sum += exp2((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E);
+            sum += ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E);
         }
         let zl = h2f(unsafe { *z.add(label as usize) });
-        l_sum += log2(sum) * LN_2 - (zl - max);
+        l_sum += lg2_approx_ftz(sum) * LN_2 - (zl - max);
         c_sum += (arg == label) as u32 as f32;
         if !dlogits.is_null() {
             let inv = 1.0 / sum;
             for c in 0..classes {
-                let p = exp2((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
+                let p = ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
                 let g = (p - (c == label) as u32 as f32) * scale;
                 unsafe { *dlogits.add((r * classes + c) as usize) = f2h(g) };
             }
@@ -119,8 +96,8 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(
         r += block_dim_x();
     }
     let scratch = dynamic_shared::<f32>();
-    let l_total = unsafe { block_sum_f32(l_sum, scratch) };
-    let c_total = unsafe { block_sum_f32(c_sum, scratch) };
+    let l_total = unsafe { block_sum(l_sum, scratch) };
+    let c_total = unsafe { block_sum(c_sum, scratch) };
     if thread_x() == 0 {
         let s = if step.is_null() {
             0

@@ -280,13 +280,9 @@ mod tests {
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
     use super::*;
-    use crate::device::*;
-    use crate::gemm::Acc;
+    use crate::arch::*;
     use crate::layout::{Operand, ldmatrix_lane, mma_c};
-    use crate::mlp::{LN_2, LOG2_E, exp2, log2};
-    use crate::mma::*;
     use crate::shuffle::permute;
-    use core::arch::asm;
     use core::intrinsics::fmaf32;
 
     /// Fixed point of the logit sums: 32 fractional bits. Partial values beyond ±2^20 count as
@@ -295,315 +291,6 @@ mod kernel {
     const FIX_LIMIT: f32 = 1048576.0;
     /// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
     const ONES: [u32; 2] = [0x3c00_3c00; 2];
-
-    /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals
-    /// per step times the steps done so far: the host zeroes it before each launch). All
-    /// blocks must be resident at once: the host launches cooperatively. `sync` is the barrier
-    /// of the block's threads that take part (thread 0 among them).
-    ///
-    /// Thread 0 polls with acquire loads rather than relaxed loads and a fence after them: the
-    /// fence cost ~690 cycles a step (3.7 → 3.56 ms/epoch without it). The fence before the
-    /// arrival (~810 cycles: it waits for the block's logit adds) stays; a release add in its
-    /// place measured the same.
-    #[inline(always)]
-    fn barrier(counter: *mut u32, target: u32, sync: fn()) {
-        sync();
-        if thread_x() < 32 {
-            if thread_x() == 0 {
-                unsafe {
-                    asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
-                         c = in(reg64) counter, options(nostack));
-                    loop {
-                        let v: u32;
-                        asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
-                             v = out(reg32) v, c = in(reg64) counter, options(nostack));
-                        if v >= target {
-                            break;
-                        }
-                    }
-                }
-            }
-            // The rest of warp 0 waits here for lane 0, so the warp reaches the block barrier
-            // whole: `bar.sync` counts warps, and a warp arriving split would be counted for
-            // the next round too.
-            sync_warp();
-        }
-        sync();
-    }
-
-    /// Barrier of the four tile warps only (named barrier 2; the sm_80 path only: the Hopper
-    /// path uses no named barrier).
-    #[inline(always)]
-    fn tiles_sync() {
-        unsafe { asm!("bar.sync 2, 128;", options(nostack)) };
-    }
-
-    /// Hopper builds (sm_90, PTX 8.1) use two of its features:
-    /// - a bulk copy (`cp.async.bulk`: the copy engine moves the block's rows, one run of the
-    ///   shuffled set, and reports their bytes at the buffer's `mbarrier`) fetches the next
-    ///   batch: one instruction instead of 16-byte `cp.async` pieces a warp stalls on. It is
-    ///   issued for the batch after next as soon as the update frees its buffer (at the start
-    ///   of the step that reads the next batch, the issuing warp joined the forward late;
-    ///   issued at or after the grid barrier, the copy made the step slower);
-    /// - the two blocks of a slice are launched as a cluster: each writes its shares straight
-    ///   into its partner's shared memory as `st.async` messages, which the partner's
-    ///   `mbarrier` counts, instead of a round trip through L2 and a barrier polled in global
-    ///   memory.
-    const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
-
-    /// Hopper's instructions (sm_90, PTX ISA 8.1), called only where [`HOPPER`] holds.
-    #[cfg_attr(
-        not(all(target_feature = "sm_90", target_feature = "ptx81")),
-        allow(dead_code)
-    )]
-    mod hopper {
-        use core::arch::asm;
-
-        /// Initialises an `mbarrier` for `count` arrivals per phase, visible to the copy engine.
-        #[inline(always)]
-        pub fn mbar_init(bar: u32, count: u32) {
-            unsafe {
-                asm!("mbarrier.init.shared::cta.b64 [{b}], {c};", "fence.mbarrier_init.release.cluster;",
-                     b = in(reg32) bar, c = in(reg32) count, options(nostack));
-            }
-        }
-
-        /// Arrives at `bar` announcing `bytes` to come: the phase completes once they have landed.
-        #[inline(always)]
-        pub fn mbar_expect(bar: u32, bytes: u32) {
-            unsafe {
-                let _state: u64;
-                asm!("mbarrier.arrive.expect_tx.shared::cta.b64 {s}, [{b}], {n};",
-                     s = out(reg64) _state, b = in(reg32) bar, n = in(reg32) bytes, options(nostack));
-            }
-        }
-
-        /// Waits until the phase of `bar` with this parity has completed. `CLUSTER`: the phase
-        /// is completed by another block's [`st_async_u32`] stores, which must be visible after
-        /// it (acquire at cluster scope; the copy engine's bytes need only the block's).
-        #[inline(always)]
-        pub fn mbar_wait<const CLUSTER: bool>(bar: u32, parity: u32) {
-            loop {
-                let done: u32;
-                unsafe {
-                    if CLUSTER {
-                        asm!("{{ .reg .pred p;",
-                             "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [{b}], {ph};",
-                             "selp.u32 {d}, 1, 0, p; }}",
-                             d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
-                             options(nostack));
-                    } else {
-                        asm!("{{ .reg .pred p;",
-                             "mbarrier.try_wait.parity.shared::cta.b64 p, [{b}], {ph};",
-                             "selp.u32 {d}, 1, 0, p; }}",
-                             d = out(reg32) done, b = in(reg32) bar, ph = in(reg32) parity,
-                             options(nostack));
-                    }
-                }
-                if done != 0 {
-                    break;
-                }
-            }
-        }
-
-        /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
-        /// memory on the copy engine, counting them at `bar`.
-        #[inline(always)]
-        pub fn bulk_copy(dst: u32, src: *const u8, bytes: u32, bar: u32) {
-            unsafe {
-                asm!("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
-                     d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar,
-                     options(nostack));
-            }
-        }
-
-        /// This block's rank in its cluster (the part of the batch it owns).
-        #[inline(always)]
-        pub fn cluster_rank() -> u32 {
-            let r: u32;
-            unsafe {
-                asm!("mov.u32 {r}, %cluster_ctarank;", r = out(reg32) r, options(nomem, nostack));
-            }
-            r
-        }
-
-        /// The address of the same shared-memory location in block `rank` of the cluster.
-        #[inline(always)]
-        pub fn peer_addr(addr: u32, rank: u32) -> u32 {
-            let a: u32;
-            unsafe {
-                asm!("mapa.shared::cluster.u32 {a}, {s}, {r};", a = out(reg32) a, s = in(reg32) addr,
-                     r = in(reg32) rank, options(nomem, nostack));
-            }
-            a
-        }
-
-        /// Stores into the partner's shared memory (an address from [`peer_addr`]) and counts
-        /// the bytes at its `mbarrier` `bar` (also from [`peer_addr`]): 4, 8 or 16 bytes.
-        #[inline(always)]
-        pub fn st_async_u32(addr: u32, v: u32, bar: u32) {
-            unsafe {
-                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [{a}], {v}, [{b}];",
-                     a = in(reg32) addr, v = in(reg32) v, b = in(reg32) bar, options(nostack));
-            }
-        }
-
-        #[inline(always)]
-        pub fn st_async_v2(addr: u32, v: [u32; 2], bar: u32) {
-            unsafe {
-                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [{a}], {{{x}, {y}}}, [{b}];",
-                     a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], b = in(reg32) bar,
-                     options(nostack));
-            }
-        }
-
-        #[inline(always)]
-        pub fn st_async_v4(addr: u32, v: [u32; 4], bar: u32) {
-            unsafe {
-                asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}}, [{b}];",
-                     a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2],
-                     w = in(reg32) v[3], b = in(reg32) bar, options(nostack));
-            }
-        }
-
-        /// Barrier of every thread of the cluster; what each wrote before it (to any block's
-        /// shared memory) is visible to all after it.
-        #[inline(always)]
-        pub fn cluster_sync() {
-            unsafe {
-                asm!(
-                    "barrier.cluster.arrive.release;",
-                    "barrier.cluster.wait.acquire;",
-                    options(nostack)
-                );
-            }
-        }
-    }
-    use hopper::*;
-
-    #[inline(always)]
-    fn red_add_i64(p: *mut i64, v: i64) {
-        unsafe {
-            asm!("red.relaxed.gpu.global.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v,
-                 options(nostack));
-        }
-    }
-
-    /// Adds into a slot that receives exactly two values (the two halves of the batch):
-    /// addition is commutative, so the result does not depend on which arrives first.
-    #[inline(always)]
-    fn red_add_f32(p: *mut f32, v: f32) {
-        unsafe {
-            asm!("red.relaxed.gpu.global.add.f32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v,
-                 options(nostack));
-        }
-    }
-
-    /// Loads that bypass L1: the values were written by other SMs during this launch.
-    #[inline(always)]
-    fn ld_cg_i64(p: *const i64) -> i64 {
-        let v: i64;
-        unsafe {
-            asm!("ld.global.cg.s64 {v}, [{p}];", v = out(reg64) v, p = in(reg64) p,
-                 options(readonly, nostack));
-        }
-        v
-    }
-
-    /// Two adjacent ones in one load (16-byte aligned).
-    #[inline(always)]
-    fn ld_cg_v2_i64(p: *const i64) -> [i64; 2] {
-        let (a, b): (i64, i64);
-        unsafe {
-            asm!("ld.global.cg.v2.s64 {{{a}, {b}}}, [{p}];", a = out(reg64) a, b = out(reg64) b,
-                 p = in(reg64) p, options(readonly, nostack));
-        }
-        [a, b]
-    }
-
-    #[inline(always)]
-    fn ld_cg_u32(p: *const u32) -> u32 {
-        let v: u32;
-        unsafe {
-            asm!("ld.global.cg.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p,
-                 options(readonly, nostack));
-        }
-        v
-    }
-
-    #[inline(always)]
-    fn lds_u32(addr: u32) -> u32 {
-        let v: u32;
-        unsafe {
-            asm!("ld.shared.u32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr,
-                 options(readonly, nostack));
-        }
-        v
-    }
-
-    #[inline(always)]
-    fn sts_u32(addr: u32, v: u32) {
-        unsafe {
-            asm!("st.shared.u32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v,
-                 options(nostack));
-        }
-    }
-
-    /// An accumulator fragment to or from shared memory as one 8- or 16-byte access.
-    #[inline(always)]
-    fn sts_acc<A: Acc>(addr: u32, a: A) {
-        const { assert!(size_of::<A>() == 8 || size_of::<A>() == 16) };
-        if size_of::<A>() == 8 {
-            let v: [u32; 2] = unsafe { core::mem::transmute_copy(&a) };
-            unsafe {
-                asm!("st.shared.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg32) addr,
-                     x = in(reg32) v[0], y = in(reg32) v[1], options(nostack));
-            }
-        } else {
-            st_shared_v4(addr, unsafe { core::mem::transmute_copy(&a) });
-        }
-    }
-
-    #[inline(always)]
-    fn lds_acc<A: Acc>(addr: u32) -> A {
-        let mut v = [0u32; 4];
-        unsafe {
-            if size_of::<A>() == 8 {
-                asm!("ld.shared.v2.b32 {{{x}, {y}}}, [{a}];", a = in(reg32) addr,
-                     x = out(reg32) v[0], y = out(reg32) v[1], options(readonly, nostack));
-            } else {
-                asm!("ld.shared.v4.b32 {{{x}, {y}, {z}, {w}}}, [{a}];", a = in(reg32) addr,
-                     x = out(reg32) v[0], y = out(reg32) v[1], z = out(reg32) v[2],
-                     w = out(reg32) v[3], options(readonly, nostack));
-            }
-            core::mem::transmute_copy(&v)
-        }
-    }
-
-    #[inline(always)]
-    fn sts_u16(addr: u32, v: u16) {
-        unsafe {
-            asm!("st.shared.u16 [{a}], {v};", a = in(reg32) addr, v = in(reg16) v,
-                 options(nostack));
-        }
-    }
-
-    /// [`opaque`](crate::device::opaque) for a pointer (passed as its address: the asm only
-    /// copies it).
-    #[inline(always)]
-    fn opaque_ptr(p: *mut u32) -> *mut u32 {
-        let o: u64;
-        unsafe {
-            asm!("mov.b64 {o}, {p};", o = out(reg64) o, p = in(reg64) p as u64, options(nomem, nostack))
-        };
-        o as *mut u32
-    }
-
-    /// `x` rounded to fp16 and back: the value the tensor cores and the layered path see.
-    #[inline(always)]
-    fn round_h(x: f32) -> f32 {
-        h2f(f2h(x))
-    }
 
     /// One SGD-with-momentum step of one parameter; returns the new weight.
     #[inline(always)]
@@ -768,13 +455,13 @@ mod kernel {
                         wm[i][e] = *w32.add(k);
                         wv[i][e] = *vel.add(k);
                     }
-                    sts_u16(w1_shared(mt, r, c), f2h(wm[i][e]));
+                    st_shared_u16(w1_shared(mt, r, c), f2h(wm[i][e]));
                 }
             }
         }
         let set_w2h = |c: usize, j: usize, v: f32| {
-            sts_u16(sw2_cu + ((c * UNITS + j) * 2) as u32, f2h(v));
-            sts_u16(sw2_uc + ((j * MAX_CLASSES + c) * 2) as u32, f2h(v));
+            st_shared_u16(sw2_cu + ((c * UNITS + j) * 2) as u32, f2h(v));
+            st_shared_u16(sw2_uc + ((j * MAX_CLASSES + c) * 2) as u32, f2h(v));
         };
         if tid < MAX_CLASSES * UNITS {
             let (c, j) = (tid / UNITS, tid % UNITS);
@@ -954,7 +641,7 @@ mod kernel {
             if mine > 0 {
                 if w < fwd {
                     for m in 0..TILES {
-                        sts_acc(partial(w, m), acc[m]);
+                        st_shared_acc(partial(w, m), acc[m]);
                     }
                 }
                 // Elsewhere the loader warps must not arrive: the named barrier counts warps
@@ -962,7 +649,7 @@ mod kernel {
                 if HOPPER {
                     sync_threads()
                 } else if w < fwd {
-                    tiles_sync()
+                    bar_sync::<2, 128>()
                 };
             }
             let mut hf = [0.0f32; 4];
@@ -970,7 +657,7 @@ mod kernel {
                 // Summed pairwise in warp order: runs repeat bit for bit.
                 let mut p: [A; WARPS] = core::array::from_fn(|from| {
                     if from < fwd {
-                        lds_acc(partial(from, w))
+                        ld_shared_acc(partial(from, w))
                     } else {
                         A::ZERO
                     }
@@ -990,11 +677,11 @@ mod kernel {
                     hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
                 }
                 let row = (16 * w + g) as u32;
-                sts_u32(
+                st_shared_u32(
                     sh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(hf[0], hf[1]),
                 );
-                sts_u32(
+                st_shared_u32(
                     sh + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(hf[2], hf[3]),
                 );
@@ -1009,7 +696,7 @@ mod kernel {
                 let poison = sums.wrapping_add(slot - 2);
                 for nt in 0..MAX_CLASSES / 8 {
                     if 8 * nt < cn {
-                        let b = lds_u32(sw2_cu + (((8 * nt + g) * UNITS + 2 * t) * 2) as u32);
+                        let b = ld_shared_u32(sw2_cu + (((8 * nt + g) * UNITS + 2 * t) * 2) as u32);
                         let mut d = [0.0f32; 4];
                         mma_m16n8k8_f32(&mut d, a, b);
                         for e in 0..4 {
@@ -1024,7 +711,7 @@ mod kernel {
                                 } else {
                                     (poison, 1)
                                 };
-                                red_add_i64(at, add);
+                                red_global_add_i64(at, add);
                             }
                         }
                     }
@@ -1051,8 +738,12 @@ mod kernel {
                         i += THREADS / 2;
                     }
                 }
-                let sync = if HOPPER { sync_threads } else { tiles_sync };
-                barrier(grid_count, blocks * (k + 1), sync);
+                let sync = if HOPPER {
+                    sync_threads
+                } else {
+                    bar_sync::<2, 128>
+                };
+                grid_barrier(grid_count, blocks * (k + 1), sync);
             }
             // Softmax cross-entropy, SPLIT threads per row (adjacent lanes), MAX_CLASSES / SPLIT
             // classes each; the gradient of the logits, scaled by 1/batch, goes to shared memory
@@ -1075,12 +766,13 @@ mod kernel {
                 for i in 0..PER / 2 {
                     let c = 2 * i;
                     if c0 + c < cn {
-                        [q[c], q[c + 1]] = ld_cg_v2_i64(unsafe { row.add(c0 + c) });
+                        [q[c], q[c + 1]] = ld_global_cg_v2_i64(unsafe { row.add(c0 + c) });
                     }
                 }
-                let poisoned = ld_cg_i64(unsafe { sums.add(slot - 2) }) != 0;
+                let poisoned = ld_global_cg_i64(unsafe { sums.add(slot - 2) }) != 0;
                 let label = if valid {
-                    lds_u32(sx + (r * lay.stride + label_offset(dim as usize)) as u32) as usize
+                    ld_shared_u32(sx + (r * lay.stride + label_offset(dim as usize)) as u32)
+                        as usize
                 } else {
                     0
                 };
@@ -1111,7 +803,7 @@ mod kernel {
                 let (mut sum, mut zl) = (0.0, 0.0);
                 for c in 0..PER {
                     if c0 + c < cn {
-                        e[c] = exp2((z[c] - max) * LOG2_E);
+                        e[c] = ex2_approx_ftz((z[c] - max) * LOG2_E);
                         sum += e[c];
                     }
                     if c0 + c == label {
@@ -1126,7 +818,7 @@ mod kernel {
                     m *= 2;
                 }
                 if valid && side == 0 {
-                    l_sum = log2(sum) * LN_2 - (zl - max);
+                    l_sum = lg2_approx_ftz(sum) * LN_2 - (zl - max);
                     c_sum = (arg == label) as u32 as f32;
                 }
                 let (inv, scale) = (1.0 / sum, 1.0 / batch as f32);
@@ -1140,14 +832,14 @@ mod kernel {
                 if r < rows {
                     for c2 in 0..PER / 2 {
                         let c = 2 * c2;
-                        sts_u32(
+                        st_shared_u32(
                             sdl + ((r * MAX_CLASSES + c0 + c) * 2) as u32,
                             pack_h2(grad(c), grad(c + 1)),
                         );
                     }
                 }
             }
-            let (l_w, c_w) = (warp_sum_f32(l_sum), warp_sum_f32(c_sum));
+            let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
             if l == 0 {
                 unsafe {
                     *loss_part.add(w) = l_w;
@@ -1164,17 +856,17 @@ mod kernel {
                 let a = ldmatrix_x4(sdl + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
                 let b0 = sw2_uc + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
                 let mut d = [0.0f32; 4];
-                mma_m16n8k16_f32(&mut d, a, [lds_u32(b0), lds_u32(b0 + 16)]);
+                mma_m16n8k16_f32(&mut d, a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
                 for e in 0..4 {
                     d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
                     db1[e & 1] += d[e];
                 }
                 let row = (16 * w + g) as u32;
-                sts_u32(
+                st_shared_u32(
                     sdh + (row * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(d[0], d[1]),
                 );
-                sts_u32(
+                st_shared_u32(
                     sdh + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
                     pack_h2(d[2], d[3]),
                 );
@@ -1204,8 +896,8 @@ mod kernel {
                         cs += *loss_part.add(WARPS + i);
                     }
                 }
-                red_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
-                red_add_f32(unsafe { correct.add(step as usize) }, cs);
+                red_global_add_f32(unsafe { loss.add(step as usize) }, ls / batch as f32);
+                red_global_add_f32(unsafe { correct.add(step as usize) }, cs);
             }
             // The small shares: word j of dW2, db2 (`[lane][element]` each: a lane's four words
             // are one message), then db1; into the partner's shared memory on Hopper, each
@@ -1300,16 +992,16 @@ mod kernel {
                     mbar_expect(mbar(2), share_bytes);
                 }
             } else {
-                barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
+                grid_barrier(pair_count, PARTS as u32 * (k + 1), sync_threads);
             }
 
             // Both blocks of the slice add the two shares (the same sums: IEEE addition is
             // commutative) and take the same SGD step. The partner's shares in global memory
             // are all requested before any is used.
-            let theirs = |i: usize| ld_cg_u32(unsafe { partner_xch.add(i) });
+            let theirs = |i: usize| ld_global_cg_u32(unsafe { partner_xch.add(i) });
             let take = |j: usize| {
                 f32::from_bits(if HOPPER {
-                    lds_u32(sxch + 4 * j as u32)
+                    ld_shared_u32(sxch + 4 * j as u32)
                 } else {
                     theirs(xch_b + j)
                 })
@@ -1320,7 +1012,7 @@ mod kernel {
                 if mt < ktiles {
                     for p in 0..2 {
                         tw1[i][p] = if HOPPER {
-                            lds_u32(sw1 + 4 * xch_w1(mt, p) as u32)
+                            ld_shared_u32(sw1 + 4 * xch_w1(mt, p) as u32)
                         } else {
                             theirs(xch_w1(mt, p))
                         };
@@ -1372,7 +1064,7 @@ mod kernel {
                             nw[h] = sgd(&mut wm[i][e], &mut wv[i][e], g[h], lr, momentum);
                         }
                         let (r, c) = mma_c(l, 2 * p);
-                        sts_u32(w1_shared(mt, r, c), pack_h2(nw[0], nw[1]));
+                        st_shared_u32(w1_shared(mt, r, c), pack_h2(nw[0], nw[1]));
                     }
                 }
             }

@@ -4,37 +4,11 @@
 //!
 //! Partial sums per block, in f64: `[Σ r², Σ r·x, Σ r]` with `r = (w·x + b) − y`; then
 //! loss = Σr²/n, ∂w = 2Σr·x/n, ∂b = 2Σr/n.
-use crate::device::*;
+use crate::arch::*;
 use crate::philox::{philox4x32_10, uniform};
 use crate::shuffle::permute;
-use core::arch::asm;
 
 use crate::REGRESSION_THREADS as THREADS;
-
-#[inline(always)]
-fn approx(op_log2: bool, x: f32) -> f32 {
-    let r: f32;
-    if op_log2 {
-        unsafe {
-            asm!("lg2.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-        };
-    } else {
-        unsafe {
-            asm!("sqrt.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-        };
-    }
-    r
-}
-
-#[inline(always)]
-fn cos_2pi(u: f32) -> f32 {
-    let r: f32;
-    let x = u * core::f32::consts::TAU;
-    unsafe {
-        asm!("cos.approx.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
-    };
-    r
-}
 
 /// Writes the data set in split order: slot `k` holds example `j = permute(k, n, seed)`, so
 /// slots `0..n_train` are a random 80% and the rest the test set. `x_j = 10·j/n` (evenly spaced
@@ -56,7 +30,7 @@ pub unsafe extern "ptx-kernel" fn regression_generate(
         let xv = 10.0 * (j as f64 / n as f64) as f32;
         let r = philox4x32_10([j, 0, 0, 0], [seed, 0]);
         let (u1, u2) = (uniform(r[0]), uniform(r[1]));
-        let z = approx(false, -2.0 * core::f32::consts::LN_2 * approx(true, u1)) * cos_2pi(u2);
+        let z = sqrt_approx(-2.0 * LN_2 * lg2_approx(u1)) * cos_approx(u2 * core::f32::consts::TAU);
         unsafe {
             *x.add(k as usize) = xv;
             *y.add(k as usize) = w * xv + b + noise * z;
@@ -112,9 +86,9 @@ fn partial_sums(
         i += blocks * THREADS;
     }
     let scratch = dynamic_shared::<f64>();
-    let t2 = unsafe { block_sum_f64(s2, scratch) };
-    let tx = unsafe { block_sum_f64(sx, scratch) };
-    let t1 = unsafe { block_sum_f64(s1, scratch) };
+    let t2 = unsafe { block_sum(s2, scratch) };
+    let tx = unsafe { block_sum(sx, scratch) };
+    let t1 = unsafe { block_sum(s1, scratch) };
     if thread_x() == 0 {
         let p = unsafe { partials.add(3 * block as usize) };
         unsafe {
@@ -172,9 +146,9 @@ fn reduce(partials: *const f64, blocks: u32) -> [f64; 3] {
     }
     let scratch = dynamic_shared::<f64>();
     [
-        unsafe { block_sum_f64(s[0], scratch) },
-        unsafe { block_sum_f64(s[1], scratch) },
-        unsafe { block_sum_f64(s[2], scratch) },
+        unsafe { block_sum(s[0], scratch) },
+        unsafe { block_sum(s[1], scratch) },
+        unsafe { block_sum(s[2], scratch) },
     ]
 }
 

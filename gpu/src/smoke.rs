@@ -1,7 +1,6 @@
 //! Smoke kernels: the smallest proof that each device facility works end to end.
-use crate::device::*;
+use crate::arch::*;
 use crate::layout::{mma_a, mma_b, mma_c};
-use crate::mma::mma_m16n8k8_f32;
 
 /// `c = a + b` over `n` elements, grid-stride.
 #[unsafe(no_mangle)]
@@ -17,7 +16,7 @@ pub unsafe extern "ptx-kernel" fn vec_add(a: *const f32, b: *const f32, c: *mut 
 pub unsafe extern "ptx-kernel" fn block_sum(x: *const f32, partial: *mut f32, n: u32) {
     let mut v = 0.0;
     grid_stride(n, |i| v += unsafe { *x.add(i as usize) });
-    let total = unsafe { block_sum_f32(v, dynamic_shared::<f32>()) };
+    let total = unsafe { crate::arch::block_sum(v, dynamic_shared::<f32>()) };
     if thread_x() == 0 {
         unsafe { *partial.add(block_x() as usize) = total };
     }

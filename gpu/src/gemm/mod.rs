@@ -16,8 +16,6 @@ mod simt;
 pub use simt::epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
-#[cfg(target_arch = "nvptx64")]
-pub(crate) use tensor::Acc;
 
 /// Independent accumulators per warp in the `mma_roof_*` kernels (`roof.rs`): enough that
 /// the tensor cores never wait on one chain's latency.

@@ -4,8 +4,8 @@
 //! latency. What it reaches is the most any `mma.sync` GEMM can reach on the GPU; `host gemm`
 //! prints it next to cuBLAS, which on Hopper uses `wgmma` instead.
 
-use super::{Acc, ROOF_CHAINS};
-use crate::device::*;
+use super::ROOF_CHAINS;
+use crate::arch::*;
 
 /// Every element of every accumulator receives `iters · ROOF_CHAINS` products of the same
 /// all-`a` operands; each lane writes the sum over its chains of element 0.

@@ -1,6 +1,6 @@
 //! The SIMT rungs of the ladder: fp32 accumulation on CUDA cores. Each rung adds one idea.
 use super::{Args, RB_K, RB_MICRO, RB_THREADS, RB_TILE, SMEM_TILE};
-use crate::device::*;
+use crate::arch::*;
 
 /// Element `(i, kk)` of op(A), or zero outside M×K.
 #[inline(always)]

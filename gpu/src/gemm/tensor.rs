@@ -10,88 +10,8 @@
 //! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
 use super::Args;
 use super::simt::epilogue;
-use crate::device::*;
+use crate::arch::*;
 use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
-use crate::mma::*;
-
-/// Accumulator fragment of one 16×8 instruction tile: fp16 pairs or fp32.
-pub trait Acc: Copy {
-    const ZERO: Self;
-    fn mma_k8(&mut self, a: [u32; 2], b: u32);
-    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]);
-    /// Element `e` (see [`crate::layout::mma_c`]) as f32.
-    fn get(&self, e: usize) -> f32;
-    /// The elements rounded to fp16, as two `f16x2` pairs (elements 0-1, 2-3): for fp16
-    /// accumulators the registers themselves.
-    fn pairs(&self) -> [u32; 2];
-    /// Adds another accumulator of the same tile, in the accumulator's precision.
-    fn add(&mut self, other: &Self);
-    /// The sum of two fp16 pairs (two shares of a gradient) in the accumulator's precision,
-    /// as f32.
-    fn add_pairs(a: u32, b: u32) -> [f32; 2];
-}
-
-impl Acc for [u32; 2] {
-    const ZERO: Self = [0; 2];
-    #[inline(always)]
-    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
-        mma_m16n8k8_f16(self, a, b)
-    }
-    #[inline(always)]
-    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
-        mma_m16n8k16_f16(self, a, b)
-    }
-    #[inline(always)]
-    fn get(&self, e: usize) -> f32 {
-        h2f((self[e / 2] >> (16 * (e % 2))) as u16)
-    }
-    #[inline(always)]
-    fn pairs(&self) -> [u32; 2] {
-        *self
-    }
-    #[inline(always)]
-    fn add(&mut self, other: &Self) {
-        for i in 0..2 {
-            self[i] = add_h2(self[i], other[i]);
-        }
-    }
-    #[inline(always)]
-    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
-        let (lo, hi) = unpack_h2(add_h2(a, b));
-        [lo, hi]
-    }
-}
-
-impl Acc for [f32; 4] {
-    const ZERO: Self = [0.0; 4];
-    #[inline(always)]
-    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
-        mma_m16n8k8_f32(self, a, b)
-    }
-    #[inline(always)]
-    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
-        mma_m16n8k16_f32(self, a, b)
-    }
-    #[inline(always)]
-    fn get(&self, e: usize) -> f32 {
-        self[e]
-    }
-    #[inline(always)]
-    fn pairs(&self) -> [u32; 2] {
-        [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
-    }
-    #[inline(always)]
-    fn add(&mut self, other: &Self) {
-        for i in 0..4 {
-            self[i] += other[i];
-        }
-    }
-    #[inline(always)]
-    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
-        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
-        [a0 + b0, a1 + b1]
-    }
-}
 
 /// One operand's tile in shared memory and the global matrix it is copied from.
 ///

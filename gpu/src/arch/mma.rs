@@ -1,7 +1,10 @@
-//! Tensor-core and asynchronous-copy instructions as inline PTX.
+//! Tensor cores through `mma.sync` (a warp's 16×8 tile; `m16n8k8` from sm_75, `m16n8k16` from
+//! sm_80) and the `ldmatrix` loads that feed them from shared memory.
 //!
 //! Fragments are the registers each lane holds (layouts in [`crate::layout`]):
 //! an `f16x2` register is a `u32`; an fp32 accumulator fragment is `[f32; 4]`.
+use super::convert::{add_h2, h2f, pack_h2, unpack_h2};
+use super::memory::{ld_shared_v2, ld_shared_v4, st_shared_v2, st_shared_v4};
 use core::arch::asm;
 
 /// `D = A·B + D` on a 16×8×8 tile, fp16 inputs and fp16 accumulators (sm_75+).
@@ -93,55 +96,103 @@ pub fn ldmatrix_x2_trans(addr: u32) -> [u32; 2] {
     r
 }
 
-/// Asynchronous 16-byte global→shared copy (sm_80+). `src_bytes` below 16 zero-fills the rest,
-/// so 0 writes zeros without reading global memory: how tile edges are padded.
-#[inline(always)]
-pub fn cp_async_16(dst: u32, src: *const u8, src_bytes: u32) {
-    unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
-             d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+/// Accumulator fragment of one 16×8 instruction tile: fp16 pairs or fp32.
+pub trait Acc: Copy {
+    const ZERO: Self;
+    fn mma_k8(&mut self, a: [u32; 2], b: u32);
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]);
+    /// Element `e` (see [`crate::layout::mma_c`]) as f32.
+    fn get(&self, e: usize) -> f32;
+    /// The elements rounded to fp16, as two `f16x2` pairs (elements 0-1, 2-3): for fp16
+    /// accumulators the registers themselves.
+    fn pairs(&self) -> [u32; 2];
+    /// Adds another accumulator of the same tile, in the accumulator's precision.
+    fn add(&mut self, other: &Self);
+    /// The sum of two fp16 pairs (two shares of a gradient) in the accumulator's precision,
+    /// as f32.
+    fn add_pairs(a: u32, b: u32) -> [f32; 2];
+}
+
+impl Acc for [u32; 2] {
+    const ZERO: Self = [0; 2];
+    #[inline(always)]
+    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
+        mma_m16n8k8_f16(self, a, b)
+    }
+    #[inline(always)]
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
+        mma_m16n8k16_f16(self, a, b)
+    }
+    #[inline(always)]
+    fn get(&self, e: usize) -> f32 {
+        h2f((self[e / 2] >> (16 * (e % 2))) as u16)
+    }
+    #[inline(always)]
+    fn pairs(&self) -> [u32; 2] {
+        *self
+    }
+    #[inline(always)]
+    fn add(&mut self, other: &Self) {
+        for i in 0..2 {
+            self[i] = add_h2(self[i], other[i]);
+        }
+    }
+    #[inline(always)]
+    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
+        let (lo, hi) = unpack_h2(add_h2(a, b));
+        [lo, hi]
     }
 }
 
-/// [`cp_async_16`] of a whole chunk: no source size operand.
-#[inline(always)]
-pub fn cp_async_16_whole(dst: u32, src: *const u8) {
-    unsafe {
-        asm!("cp.async.cg.shared.global [{d}], [{s}], 16;",
-             d = in(reg32) dst, s = in(reg64) src, options(nostack));
+impl Acc for [f32; 4] {
+    const ZERO: Self = [0.0; 4];
+    #[inline(always)]
+    fn mma_k8(&mut self, a: [u32; 2], b: u32) {
+        mma_m16n8k8_f32(self, a, b)
+    }
+    #[inline(always)]
+    fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
+        mma_m16n8k16_f32(self, a, b)
+    }
+    #[inline(always)]
+    fn get(&self, e: usize) -> f32 {
+        self[e]
+    }
+    #[inline(always)]
+    fn pairs(&self) -> [u32; 2] {
+        [pack_h2(self[0], self[1]), pack_h2(self[2], self[3])]
+    }
+    #[inline(always)]
+    fn add(&mut self, other: &Self) {
+        for i in 0..4 {
+            self[i] += other[i];
+        }
+    }
+    #[inline(always)]
+    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
+        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
+        [a0 + b0, a1 + b1]
     }
 }
 
-/// Closes the group of `cp.async` issued so far by this thread.
+/// An accumulator fragment to shared memory as one 8- or 16-byte access.
 #[inline(always)]
-pub fn cp_async_commit() {
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
-}
-
-/// Waits until at most `N` committed groups of this thread are still in flight.
-#[inline(always)]
-pub fn cp_async_wait<const N: u32>() {
-    unsafe { asm!("cp.async.wait_group {n};", n = const N, options(nostack)) };
-}
-
-/// 16-byte load from global memory (the address must be 16-byte aligned).
-#[inline(always)]
-pub fn ld_global_v4(p: *const u8) -> [u32; 4] {
-    let (r0, r1, r2, r3): (u32, u32, u32, u32);
-    unsafe {
-        asm!("ld.global.v4.u32 {{{r0}, {r1}, {r2}, {r3}}}, [{p}];",
-             r0 = out(reg32) r0, r1 = out(reg32) r1, r2 = out(reg32) r2, r3 = out(reg32) r3,
-             p = in(reg64) p, options(readonly, nostack));
+pub fn st_shared_acc<A: Acc>(addr: u32, a: A) {
+    const { assert!(size_of::<A>() == 8 || size_of::<A>() == 16) };
+    if size_of::<A>() == 8 {
+        st_shared_v2(addr, unsafe { core::mem::transmute_copy(&a) });
+    } else {
+        st_shared_v4(addr, unsafe { core::mem::transmute_copy(&a) });
     }
-    [r0, r1, r2, r3]
 }
 
-/// 16-byte store to shared memory.
+/// An accumulator fragment from shared memory as one 8- or 16-byte access.
 #[inline(always)]
-pub fn st_shared_v4(addr: u32, v: [u32; 4]) {
-    unsafe {
-        asm!("st.shared.v4.u32 [{a}], {{{v0}, {v1}, {v2}, {v3}}};",
-             a = in(reg32) addr, v0 = in(reg32) v[0], v1 = in(reg32) v[1], v2 = in(reg32) v[2], v3 = in(reg32) v[3],
-             options(nostack));
+pub fn ld_shared_acc<A: Acc>(addr: u32) -> A {
+    const { assert!(size_of::<A>() == 8 || size_of::<A>() == 16) };
+    if size_of::<A>() == 8 {
+        unsafe { core::mem::transmute_copy(&ld_shared_v2(addr)) }
+    } else {
+        unsafe { core::mem::transmute_copy(&ld_shared_v4(addr)) }
     }
 }

@@ -1,0 +1,80 @@
+//! Barriers and memory ordering: of a warp, of a block (whole or named), of the whole grid
+//! through a counter in global memory, and of grids launched one after another.
+use super::HOPPER;
+use super::thread::thread_x;
+use core::arch::asm;
+use core::arch::nvptx;
+
+/// `__syncthreads()`: every thread of the block reaches this point before any continues.
+#[inline(always)]
+pub fn sync_threads() {
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// `__syncwarp()`: every lane of the warp reaches this point, and the shared-memory accesses
+/// before it are visible to the whole warp after it.
+#[inline(always)]
+pub fn sync_warp() {
+    unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
+}
+
+/// Named barrier `ID` of `THREADS` threads (whole warps): only the warps that take part wait,
+/// and no other warp may arrive at it.
+#[inline(always)]
+pub fn bar_sync<const ID: u32, const THREADS: u32>() {
+    unsafe { asm!("bar.sync {id}, {n};", id = const ID, n = const THREADS, options(nostack)) };
+}
+
+/// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals per
+/// round times the rounds done so far: its owner zeroes it before the launch). All blocks must
+/// be resident at once (a cooperative launch). `sync` is the barrier of the block's threads
+/// that take part (thread 0 among them).
+///
+/// Thread 0 polls with acquire loads, which order what follows without a fence after the loop;
+/// the fence before the arrival makes the block's earlier writes visible to every block that
+/// sees the count.
+#[inline(always)]
+pub fn grid_barrier(counter: *mut u32, target: u32, sync: fn()) {
+    sync();
+    if thread_x() < 32 {
+        if thread_x() == 0 {
+            unsafe {
+                asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
+                     c = in(reg64) counter, options(nostack));
+                loop {
+                    let v: u32;
+                    asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
+                         v = out(reg32) v, c = in(reg64) counter, options(nostack));
+                    if v >= target {
+                        break;
+                    }
+                }
+            }
+        }
+        // The rest of warp 0 waits here for lane 0, so the warp reaches the block barrier
+        // whole: `bar.sync` counts warps, and a warp arriving split would be counted for the
+        // next round too.
+        sync_warp();
+    }
+    sync();
+}
+
+/// Lets a kernel launched after this one as a dependent launch start before this grid ends:
+/// its blocks may be scheduled, and run up to their [`wait_for_prior_grids`], once every block
+/// of this grid has called this (or exited). A no-op before sm_90.
+#[inline(always)]
+pub fn launch_dependents() {
+    if HOPPER {
+        unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+    }
+}
+
+/// In a kernel launched as a dependent launch: waits until the grids it depends on have
+/// completed and their writes are visible. Returns at once after a plain launch, and before
+/// sm_90 (where every launch is plain).
+#[inline(always)]
+pub fn wait_for_prior_grids() {
+    if HOPPER {
+        unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+    }
+}
