@@ -8,7 +8,7 @@ use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAtt
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, TrainArgs, UNITS,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Params, Smem, THREADS, UNITS,
     clustered, logits_slot, row_stride,
 };
 use std::sync::Arc;
@@ -292,7 +292,7 @@ impl Persistent {
         }
         let (offs, _) = param_layout(&model.sizes);
         let size = |i: usize| model.sizes[i] as u32;
-        let args = TrainArgs {
+        let args = Params {
             batches: self.batches[buf].ptr,
             w32: model.w32.ptr,
             w16: model.w16.ptr,
@@ -326,7 +326,7 @@ impl Persistent {
             attrs.push(cluster_attribute(self.cluster));
         }
         let cfg = grid_config(self.blocks, self.smem.bytes);
-        // SAFETY: the kernel's one parameter is a `TrainArgs` (the same `#[repr(C)]` type);
+        // SAFETY: the kernel's one parameter is a `Params` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
         unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }
@@ -364,7 +364,7 @@ mod tests {
     use super::*;
 
     /// Each embedded persistent kernel takes exactly one parameter, a block of
-    /// `size_of::<TrainArgs>()` bytes aligned as the struct: host and kernel agree on the ABI.
+    /// `size_of::<Params>()` bytes aligned as the struct: host and kernel agree on the ABI.
     #[test]
     fn kernel_parameter_is_train_args() {
         let ptxs: Vec<_> = crate::ptx::EMBEDDED.iter().filter(|p| p.sm >= 80).collect();
@@ -383,8 +383,8 @@ mod tests {
                     params,
                     format!(
                         ".param .align {} .b8 {name}_param_0[{}]",
-                        std::mem::align_of::<TrainArgs>(),
-                        std::mem::size_of::<TrainArgs>()
+                        std::mem::align_of::<Params>(),
+                        std::mem::size_of::<Params>()
                     ),
                     "{}",
                     p.arch

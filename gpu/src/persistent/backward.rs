@@ -1,0 +1,146 @@
+//! Backward: the block's shares (its rows of the batch) of the gradients. dH through the ReLU
+//! and db1 on the tile warps, dW2 and db2 on the output warp, dW1 on every warp; the shares of
+//! the small ones go to the partner as they are done ([`Outbox`]), dW1's after the phase.
+use super::context::Block;
+use super::context::Step;
+use super::exchange::{DB1_AT, Outbox};
+use super::*;
+use crate::arch::*;
+use crate::layout::{Operand, ldmatrix_lane};
+
+/// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
+const ONES: [u32; 2] = [0x3c00_3c00; 2];
+/// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
+const OUTPUT_WARP: usize = WARPS - 1;
+
+/// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes), through the
+/// ReLU (the H fragment `hf` has the same layout), stored fp16; each warp's share of db1 by
+/// shuffles into shared memory, behind a block barrier.
+#[inline(always)]
+pub fn hidden_grad(b: &Block, hf: &[f32; 4]) {
+    let (w, l, g, t) = (b.warp, b.lane, b.group(), b.in_group());
+    let mut db1 = [0.0f32; 2];
+    if b.has_tile() {
+        let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
+        let a = ldmatrix_x4(b.dl() + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
+        let b0 = b.w2_uc() + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
+        let mut d = [0.0f32; 4];
+        mma_m16n8k16_f32(&mut d, a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
+        for e in 0..4 {
+            d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
+            db1[e & 1] += d[e];
+        }
+        let row = (16 * w + g) as u32;
+        st_shared_u32(
+            b.dh() + (row * UNITS as u32 + 2 * t as u32) * 2,
+            pack_h2(d[0], d[1]),
+        );
+        st_shared_u32(
+            b.dh() + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
+            pack_h2(d[2], d[3]),
+        );
+        for m in 0..3 {
+            db1[0] += shfl_xor_f32(db1[0], 4 << m);
+            db1[1] += shfl_xor_f32(db1[1], 4 << m);
+        }
+    }
+    if l < 4 {
+        let part = b.small().db1;
+        unsafe {
+            *part.add(w * UNITS + 2 * t) = db1[0];
+            *part.add(w * UNITS + 2 * t + 1) = db1[1];
+        }
+    }
+    sync_threads();
+}
+
+/// The block's share of db1 (thread `tid < UNITS` its entry `tid`; 0 elsewhere), sent.
+#[inline(always)]
+pub fn bias_share(b: &Block, out: &Outbox) -> f32 {
+    let mut db1 = 0.0;
+    if b.tid < UNITS {
+        for i in 0..WARPS {
+            db1 += unsafe { *b.small().db1.add(i * UNITS + b.tid) };
+        }
+        out.small(b, DB1_AT + b.tid, db1);
+    }
+    db1
+}
+
+/// B fragments of `k`-steps 0..rows/16 of an fp16 `[rows][UNITS]` tile in shared memory
+/// (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming row l.
+#[inline(always)]
+fn unit_frags(b: &Block, tile: u32) -> [[u32; 2]; TILES] {
+    let mut bf = [[0u32; 2]; TILES];
+    for pair in 0..TILES / 2 {
+        if 32 * pair < b.rows() {
+            let r = ldmatrix_x4_trans(tile + ((32 * pair + b.lane) * UNITS * 2) as u32);
+            bf[2 * pair] = [r[0], r[1]];
+            bf[2 * pair + 1] = [r[2], r[3]];
+        }
+    }
+    bf
+}
+
+/// The output warp's dW2 = dlogitsᵀ·H and db2 (its column sums) over the block's rows, sent
+/// to the partner and kept in [`Block::own`] for the update.
+#[inline(always)]
+pub fn output_grads(b: &Block, out: &Outbox) {
+    if b.warp != OUTPUT_WARP {
+        return;
+    }
+    let l = b.lane;
+    let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
+    let hb = unit_frags(b, b.h());
+    let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
+    for ks in 0..TILES {
+        if ks < b.rows() / 16 {
+            let a = ldmatrix_x4_trans(b.dl() + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32);
+            mma_m16n8k16_f32(&mut dw, a, hb[ks]);
+            mma_m16n8k16_f32(&mut db, a, ONES);
+        }
+    }
+    out.small4(b, 4 * l, dw);
+    out.small4(b, 128 + 4 * l, db);
+    unsafe {
+        *(b.own().add(4 * l) as *mut [f32; 4]) = dw;
+        *(b.own().add(128 + 4 * l) as *mut [f32; 4]) = db;
+    }
+}
+
+/// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …`: `Xᵀ·dH` over the block's rows.
+/// Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of the
+/// loop without the last, rather than computing a tile to discard.
+#[inline(always)]
+pub fn input_grads<A: Acc>(b: &Block, s: &Step) -> [A; TILES_PER_WARP] {
+    let bf = unit_frags(b, b.dh());
+    if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
+        dw1_tiles::<A, TILES_PER_WARP>(b, s, &bf)
+    } else {
+        dw1_tiles::<A, { TILES_PER_WARP - 1 }>(b, s, &bf)
+    }
+}
+
+/// [`input_grads`] over `N` tiles (the rest of the array stays zero). Within the `N` a warp
+/// past the last tile repeats it, branch-free: a branch per tile serialises each load and its
+/// `mma`.
+#[inline(always)]
+fn dw1_tiles<A: Acc, const N: usize>(
+    b: &Block,
+    s: &Step,
+    bf: &[[u32; 2]; TILES],
+) -> [A; TILES_PER_WARP] {
+    let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
+    let a_at =
+        |ks: usize, mt: usize| s.x + ((16 * ks + kk) * b.lay.stride + (16 * mt + mm) * 2) as u32;
+    let mut acc = [A::ZERO; TILES_PER_WARP];
+    for ks in 0..TILES {
+        if ks < b.rows() / 16 {
+            for i in 0..N {
+                let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
+                acc[i].mma_k16(ldmatrix_x4_trans(a_at(ks, mt)), bf[ks]);
+            }
+        }
+    }
+    acc
+}

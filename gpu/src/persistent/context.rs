@@ -1,0 +1,259 @@
+//! What every phase of a step reads: the launch's parameters, the block's role in the grid and
+//! among its warps, and the addresses of its regions of shared memory.
+use super::*;
+use crate::arch::*;
+use core::ptr::addr_of_mut;
+
+/// One block of the persistent kernel. Block `2s + h` owns slice `s` of the hidden units (8
+/// of them, from `j0`) for part `h` of the batch (rows `r0..r0 + mine`, possibly none).
+#[derive(Clone, Copy)]
+pub struct Block {
+    pub args: Params,
+    pub lay: Smem,
+    /// The dynamic shared memory, as a generic pointer and as a `.shared` address.
+    pub base: *mut u8,
+    pub s0: u32,
+    pub tid: usize,
+    pub warp: usize,
+    pub lane: usize,
+    pub blk: u32,
+    pub blocks: u32,
+    pub slice: u32,
+    pub part: usize,
+    pub j0: u32,
+    pub r0: usize,
+    pub mine: usize,
+    pub classes: usize,
+    /// 16-wide tiles along the input.
+    pub ktiles: usize,
+    /// Elements of one step's slot of the logits buffer.
+    pub slot: usize,
+    /// The partner block's rank in the cluster (Hopper builds; 0 elsewhere).
+    pub peer: u32,
+}
+
+impl Block {
+    #[inline(always)]
+    pub fn new(args: Params) -> Block {
+        let lay = Smem::new(args.batch as usize, args.dim as usize);
+        let base = dynamic_shared::<u8>();
+        let blk = block_x();
+        let (slice, part) = (blk / PARTS as u32, blk as usize % PARTS);
+        let r0 = part * lay.rows;
+        Block {
+            args,
+            lay,
+            base,
+            s0: shared_addr(base),
+            tid: thread_x() as usize,
+            warp: warp_id() as usize,
+            lane: lane() as usize,
+            blk,
+            blocks: grid_dim_x(),
+            slice,
+            part,
+            j0: slice * UNITS as u32,
+            r0,
+            mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
+            classes: args.classes as usize,
+            ktiles: (args.dim / 16) as usize,
+            slot: logits_slot(args.batch as usize, args.classes as usize),
+            // With the host's clusters of two or four blocks, the partner is the neighbour.
+            peer: if HOPPER { cluster_rank() ^ 1 } else { 0 },
+        }
+    }
+
+    /// The block as a step sees it: the values that index arithmetic starts from, passed
+    /// through [`opaque`] so that the optimiser redoes that arithmetic each step. Hoisted out
+    /// of the step loop, its dozens of invariant offsets would each hold a register for the
+    /// whole launch, and push W1's registers into local memory.
+    #[inline(always)]
+    pub fn for_step(&self) -> Block {
+        let v = opaque(0) as usize;
+        Block {
+            tid: self.tid + v,
+            warp: self.warp + v,
+            lane: self.lane + v,
+            classes: self.classes + v,
+            ktiles: self.ktiles + v,
+            mine: self.mine + v,
+            ..*self
+        }
+    }
+
+    /// Rows of the batch per block (a multiple of 16; those past `mine` hold zeros).
+    #[inline(always)]
+    pub fn rows(&self) -> usize {
+        self.lay.rows
+    }
+    /// The lane's row group and its column pair in an `mma` fragment (PTX's `groupID` and
+    /// `threadID_in_group`).
+    #[inline(always)]
+    pub fn group(&self) -> usize {
+        self.lane / 4
+    }
+    #[inline(always)]
+    pub fn in_group(&self) -> usize {
+        self.lane % 4
+    }
+    /// Whether this warp owns a 16-row tile of the batch with rows in it.
+    #[inline(always)]
+    pub fn has_tile(&self) -> bool {
+        self.warp < TILE_WARPS && 16 * self.warp < self.mine
+    }
+    /// The warps that fetch the next batch with `cp.async` during the forward (not on Hopper,
+    /// where the copy engine fetches it).
+    #[inline(always)]
+    pub fn is_loader(&self) -> bool {
+        self.warp >= TILE_WARPS
+    }
+
+    /// `.shared` addresses of the regions of [`Smem`].
+    #[inline(always)]
+    pub fn at(&self, offset: usize) -> u32 {
+        self.s0 + offset as u32
+    }
+    #[inline(always)]
+    pub fn w1(&self) -> u32 {
+        self.at(self.lay.w1)
+    }
+    #[inline(always)]
+    pub fn h(&self) -> u32 {
+        self.at(self.lay.h)
+    }
+    #[inline(always)]
+    pub fn dh(&self) -> u32 {
+        self.at(self.lay.dh)
+    }
+    #[inline(always)]
+    pub fn dl(&self) -> u32 {
+        self.at(self.lay.dl)
+    }
+    #[inline(always)]
+    pub fn w2_cu(&self) -> u32 {
+        self.at(self.lay.w2_cu)
+    }
+    #[inline(always)]
+    pub fn w2_uc(&self) -> u32 {
+        self.at(self.lay.w2_uc)
+    }
+    #[inline(always)]
+    pub fn xch(&self) -> u32 {
+        self.at(self.lay.xch)
+    }
+    /// Batch buffer `buf` (0 or 1).
+    #[inline(always)]
+    pub fn batch_buffer(&self, buf: usize) -> u32 {
+        self.at(self.lay.x + buf * self.rows() * self.lay.stride)
+    }
+    /// The `mbarrier` of batch buffer 0 or 1, or (2) of the partner's shares.
+    #[inline(always)]
+    pub fn mbar(&self, i: usize) -> u32 {
+        self.at(self.lay.mbar + 8 * i)
+    }
+    /// The block's own shares of dW2 and db2 (f32), for the threads that update W2 and b2.
+    #[inline(always)]
+    pub fn own(&self) -> *mut f32 {
+        unsafe { self.base.add(self.lay.own) as *mut f32 }
+    }
+    /// The fields of [`SmallParams`], as pointers to their first elements.
+    #[inline(always)]
+    pub fn small(&self) -> Small {
+        let p = unsafe { self.base.add(self.lay.params) as *mut SmallParams };
+        macro_rules! field {
+            ($f:ident) => {
+                unsafe { addr_of_mut!((*p).$f) as *mut f32 }
+            };
+        }
+        Small {
+            w2_master: field!(w2_master),
+            w2_momentum: field!(w2_momentum),
+            b1_master: field!(b1_master),
+            b1_momentum: field!(b1_momentum),
+            b1_half: field!(b1_half),
+            b2_master: field!(b2_master),
+            b2_momentum: field!(b2_momentum),
+            b2_half: field!(b2_half),
+            db1: field!(db1),
+            loss: field!(loss),
+            correct: field!(correct),
+        }
+    }
+
+    /// Sets to zero rows the block does not fill, which stay so for the whole launch: in both
+    /// batch buffers (dW1 reads them), and in H and dH up to the 32 rows one `ldmatrix` pair
+    /// covers.
+    #[inline(always)]
+    pub fn clear_unfilled_rows(&self) {
+        let zero = |from: usize, to: usize| {
+            let mut i = from + 4 * self.tid;
+            while i < to {
+                unsafe { *(self.base.add(i) as *mut u32) = 0 };
+                i += 4 * THREADS;
+            }
+        };
+        let (rows, stride, mine) = (self.rows(), self.lay.stride, self.mine);
+        let rows32 = rows.div_ceil(32) * 32;
+        for b in 0..2 {
+            let buf = self.lay.x + b * rows * stride;
+            zero(buf + mine * stride, buf + rows * stride);
+        }
+        zero(
+            self.lay.h + mine * UNITS * 2,
+            self.lay.h + rows32 * UNITS * 2,
+        );
+        zero(
+            self.lay.dh + mine * UNITS * 2,
+            self.lay.dh + rows32 * UNITS * 2,
+        );
+    }
+}
+
+/// Pointers to the fields of [`SmallParams`] in shared memory (W2 and the per-warp db1 flat:
+/// `[class][unit]` and `[warp][unit]`).
+#[derive(Clone, Copy)]
+pub struct Small {
+    pub w2_master: *mut f32,
+    pub w2_momentum: *mut f32,
+    pub b1_master: *mut f32,
+    pub b1_momentum: *mut f32,
+    pub b1_half: *mut f32,
+    pub b2_master: *mut f32,
+    pub b2_momentum: *mut f32,
+    pub b2_half: *mut f32,
+    pub db1: *mut f32,
+    pub loss: *mut f32,
+    pub correct: *mut f32,
+}
+
+/// Step `k` of the launch (`index` of the epoch): which batch buffer it reads, and its slot of
+/// the logit sums.
+#[derive(Clone, Copy)]
+pub struct Step {
+    pub k: u32,
+    pub index: u32,
+    pub buf: usize,
+    /// `.shared` address of the step's batch buffer.
+    pub x: u32,
+    pub sums: *mut i64,
+}
+
+impl Step {
+    #[inline(always)]
+    pub fn new(b: &Block, k: u32) -> Step {
+        let buf = (k % 2) as usize;
+        let logits = b.args.logits as *mut i64;
+        Step {
+            k,
+            index: b.args.step0 + k,
+            buf,
+            x: opaque(b.batch_buffer(buf)),
+            sums: unsafe { logits.add((k as usize % LOGIT_SLOTS) * b.slot) },
+        }
+    }
+    /// Whether the launch has steps after this one.
+    #[inline(always)]
+    pub fn has_next(&self, steps: u32) -> bool {
+        self.k + 1 < steps
+    }
+}

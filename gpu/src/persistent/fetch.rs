@@ -1,0 +1,112 @@
+//! Fetching the batch. A block's rows of a step are one run of the shuffled set (rows, labels
+//! and stride as the buffer holds them), copied whole into one of two buffers while the step
+//! before reads the other:
+//! - on Hopper by one bulk copy of the copy engine, which reports its bytes at the buffer's
+//!   `mbarrier`: issued by one thread for the batch after next as soon as the update frees its
+//!   buffer;
+//! - elsewhere by the loader warps in 16-byte `cp.async` pieces, issued during the forward for
+//!   the next batch (all four loader warps: a warp issuing `cp.async` stalls until the memory
+//!   system takes the copies).
+use super::context::{Block, Step};
+use super::exchange;
+use crate::arch::*;
+
+/// The thread that issues the bulk copies: warp 1, which has a W1 tile fewer to update than
+/// warp 0 when it issues the copy after the update's barrier.
+const COPY_ISSUER: usize = 32;
+
+/// Bytes of the block's rows of a step.
+#[inline(always)]
+fn batch_bytes(b: &Block) -> usize {
+    b.mine * b.lay.stride
+}
+
+/// Where the block's rows of step `index` of the epoch start in the shuffled set.
+#[inline(always)]
+fn batch_src(b: &Block, index: u32) -> *const u8 {
+    let batches = b.args.batches as *const u8;
+    unsafe { batches.add((index as usize * b.args.batch as usize + b.r0) * b.lay.stride) }
+}
+
+/// The loader warps' copy of step `index`'s rows into buffer `buf` (not on Hopper).
+#[inline(always)]
+fn load_batch(b: &Block, buf: usize, index: u32) {
+    let (from, to) = (batch_src(b, index), b.batch_buffer(buf));
+    let mut i = 16 * (b.tid - 128);
+    while i < batch_bytes(b) {
+        cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
+        i += 16 * 128;
+    }
+    cp_async_commit();
+}
+
+/// One bulk copy of step `index`'s rows into buffer `buf`, announced at the buffer's mbarrier
+/// (a block without rows announces nothing), so its phase completes once the rows have landed.
+#[inline(always)]
+fn bulk_batch(b: &Block, buf: usize, index: u32) {
+    let bytes = batch_bytes(b) as u32;
+    mbar_expect(b.mbar(buf), bytes);
+    if bytes > 0 {
+        bulk_copy(b.batch_buffer(buf), batch_src(b, index), bytes, b.mbar(buf));
+    }
+}
+
+/// Before the first step: the first batch (on Hopper the first two, after the mbarriers are
+/// initialised, that of the partner's shares among them).
+#[inline(always)]
+pub fn start(b: &Block) {
+    let (step0, steps) = (b.args.step0, b.args.steps);
+    if HOPPER {
+        if b.tid == 0 {
+            for i in 0..3 {
+                mbar_init(b.mbar(i), 1);
+            }
+        }
+        // Announced after the block barrier, not straight after the inits: there the JIT makes
+        // the inits uniform (warp-wide) instructions, which racecheck reports against thread
+        // 0's arrive on the same mbarrier.
+        sync_threads();
+        if b.tid == 0 {
+            exchange::expect_shares(b);
+        } else if b.tid == COPY_ISSUER {
+            bulk_batch(b, 0, step0);
+            if steps > 1 {
+                bulk_batch(b, 1, step0 + 1);
+            }
+        }
+    } else if b.is_loader() {
+        load_batch(b, 0, step0);
+    }
+}
+
+/// Waits until the step's rows have landed. On Hopper the block barrier that ended the
+/// previous step suffices besides the buffer's mbarrier.
+#[inline(always)]
+pub fn wait(b: &Block, s: &Step) {
+    if HOPPER {
+        mbar_wait::<false>(b.mbar(s.buf), (s.k / 2) % 2);
+    } else {
+        if b.is_loader() {
+            cp_async_wait::<0>();
+        }
+        sync_threads();
+    }
+}
+
+/// Not on Hopper: the loader warps fetch the next batch into the other buffer (last read by
+/// the previous step's dW1) while the tile warps finish the forward.
+#[inline(always)]
+pub fn load_next(b: &Block, s: &Step) {
+    if b.is_loader() && s.has_next(b.args.steps) {
+        load_batch(b, 1 - s.buf, s.index + 1);
+    }
+}
+
+/// On Hopper: after [`exchange::receive`]'s block barrier, which frees the step's buffer (dW1
+/// was its last reader), the bulk copy of the batch after next into it.
+#[inline(always)]
+pub fn issue_after_next(b: &Block, s: &Step) {
+    if b.tid == COPY_ISSUER && s.k + 2 < b.args.steps {
+        bulk_batch(b, s.buf, s.index + 2);
+    }
+}

@@ -1,0 +1,128 @@
+//! Forward: `H = relu(X·W1[s]ᵀ + b1[s])` for the block's rows. The forward warps split K (the
+//! input): each takes k-steps `w, w + fwd, …` for every 16-row tile of the block, so each
+//! element of W1's slice is read from shared memory once, not once per tile, and a warp's tiles
+//! are independent accumulator chains. After a block barrier tile warp `t` sums tile `t`'s
+//! partials and keeps H as an accumulator fragment (rows `g`, `g + 8`; units `2t`, `2t + 1`),
+//! which is the A fragment of the partial logits; it is also stored fp16 for dW2.
+use super::context::{Block, Step};
+use super::*;
+use crate::arch::*;
+use crate::layout::{Operand, ldmatrix_lane};
+
+/// Warps that split the forward's K. On Hopper all eight (the copy engine fetches the next
+/// batch) where their partials fit [`PARTIALS`], which fp32 ones fit four of; elsewhere the
+/// tile warps (the loader warps issue `cp.async` meanwhile).
+const fn forward_warps<A: Acc>() -> usize {
+    if HOPPER && size_of::<A>() == 8 {
+        WARPS
+    } else {
+        TILE_WARPS
+    }
+}
+
+/// The tile warp's H fragment (zeros from other warps), after storing it fp16 in shared memory.
+#[inline(always)]
+pub fn hidden<A: Acc>(b: &Block, s: &Step) -> [f32; 4] {
+    const { assert!(forward_warps::<A>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
+    if b.mine > 0 {
+        if b.warp < forward_warps::<A>() {
+            let acc = k_split::<A>(b, s);
+            for m in 0..TILES {
+                st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
+            }
+        }
+        // Elsewhere the loader warps must not arrive: the named barrier counts the tile warps'
+        // 128 threads, and with the loaders' a generation would release early.
+        if HOPPER {
+            sync_threads()
+        } else if b.warp < forward_warps::<A>() {
+            bar_sync::<2, 128>()
+        };
+    }
+    let mut hf = [0.0f32; 4];
+    if b.has_tile() {
+        let sum = sum_partials::<A>(b);
+        let (g, t) = (b.group(), b.in_group());
+        for e in 0..4 {
+            let v = unsafe { *b.small().b1_half.add(2 * t + (e & 1)) } + sum.get(e);
+            // A ReLU that lets NaN through, so a diverged run shows in the loss.
+            hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
+        }
+        let row = (16 * b.warp + g) as u32;
+        st_shared_u32(
+            b.h() + (row * UNITS as u32 + 2 * t as u32) * 2,
+            pack_h2(hf[0], hf[1]),
+        );
+        st_shared_u32(
+            b.h() + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
+            pack_h2(hf[2], hf[3]),
+        );
+    }
+    hf
+}
+
+/// The warp's partial products of every tile over its k-steps.
+#[inline(always)]
+fn k_split<A: Acc>(b: &Block, s: &Step) -> [A; TILES] {
+    let (fwd, ktiles, l, stride) = (forward_warps::<A>(), b.ktiles, b.lane, b.lay.stride);
+    let tiles = b.rows() / 16;
+    let mut acc = [A::ZERO; TILES];
+    let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
+    let a0 = s.x + (mm * stride + 2 * kk) as u32;
+    // Tiles past the block's last repeat it, branch-free (their sums are not used).
+    let a_at: [u32; TILES] = core::array::from_fn(|m| a0 + (16 * m.min(tiles - 1) * stride) as u32);
+    let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
+    let frag = |ks: usize| {
+        (
+            a_at.map(|a| ldmatrix_x4(a + 32 * ks as u32)),
+            ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32),
+        )
+    };
+    // The next k-step's fragments are loaded before this one's mma are issued.
+    let mut ks = b.warp;
+    if ks < ktiles {
+        let mut next = frag(ks);
+        while ks < ktiles {
+            let (a, bf) = next;
+            ks += fwd;
+            if ks < ktiles {
+                next = frag(ks);
+            }
+            for m in 0..TILES {
+                acc[m].mma_k16(a[m], bf);
+            }
+        }
+    }
+    acc
+}
+
+/// Where forward warp `from` leaves its partial sums of tile `m`: `[warp][tile][lane]`.
+#[inline(always)]
+fn partial<A: Acc>(b: &Block, from: usize, m: usize) -> u32 {
+    b.at(b.lay.partials + ((from * TILES + m) * 32 + b.lane) * size_of::<A>())
+}
+
+/// Tile `warp`'s sum over every forward warp's partials, pairwise in warp order, so runs
+/// repeat bit for bit. Every partial is loaded unconditionally (zeros from warps past the
+/// forward's): loads each under its own branch, each waited for before the next, cost more
+/// than the split saves.
+#[inline(always)]
+fn sum_partials<A: Acc>(b: &Block) -> A {
+    let fwd = forward_warps::<A>();
+    let mut p: [A; WARPS] = core::array::from_fn(|from| {
+        if from < fwd {
+            ld_shared_acc(partial::<A>(b, from, b.warp))
+        } else {
+            A::ZERO
+        }
+    });
+    let mut span = 1;
+    while span < WARPS {
+        for c in (0..WARPS).step_by(2 * span) {
+            let other = p[c + span];
+            p[c].add(&other);
+        }
+        span *= 2;
+    }
+    p[0]
+}

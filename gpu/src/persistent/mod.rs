@@ -1,0 +1,242 @@
+//! A one-hidden-layer MLP trained by one persistent kernel: batch fetch, forward, softmax
+//! cross-entropy, backward and the SGD update of many consecutive steps run inside one launch.
+//!
+//! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
+//! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
+//! and draining them. Here blocks meet twice a step: all of them at a grid barrier, and each
+//! pair of blocks at the exchange of their gradients.
+//!
+//! Decomposition: the hidden units are cut in slices of 8 (one n = 8 `mma` tile) and the batch
+//! in two halves; block `2s + h` owns slice `s` for half `h`. Each block holds its slice's
+//! rows of W1, entries of b1 and columns of W2 (the two blocks of a slice hold identical
+//! copies) and its half of the batch (fp16, in shared memory, the next batch's copy arriving
+//! during the step). A step:
+//! - forward, `H = relu(X·W1[s]ᵀ + b1[s])` for the block's rows: block-local;
+//! - logits `H·W2ᵀ`: a sum over slices. Each block adds its partial product into one buffer in
+//!   64-bit fixed point, whose adds are associative, so the sums do not depend on the order of
+//!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
+//! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
+//!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
+//! - the two blocks of a slice exchange their shares, add them (IEEE addition is commutative:
+//!   both get the same sums) and apply the same SGD update to their copies. On Hopper the pair
+//!   is a thread-block cluster: the shares go straight into the partner's shared memory as
+//!   `st.async` messages, which its `mbarrier` counts until all have arrived; elsewhere they go
+//!   through global memory and the pair meets at a counter there.
+//!
+//! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
+//! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
+//! instead of preceding its forward. The epoch's rows are shuffled before it by a kernel of
+//! their own, in step order and each with its label, so a block's rows of a step are one run of
+//! memory. Within a block, the forward's product splits the input over the warps (all eight on
+//! Hopper, else warps 0-3 while warps 4-7 fetch the next batch with `cp.async`; on Hopper one
+//! bulk copy of the copy engine fetches it). Warps 0-3 then own the 16-row tiles of the batch
+//! through H, the partial logits and dH, so those stay in registers as `mma` fragments (an
+//! accumulator fragment of one product is the A fragment of the next); all eight share the
+//! softmax (on Hopper) and dW1. W1's fp32 master values and momentum live in registers for the
+//! whole launch.
+//!
+//! The step is a sequence of phases, one file each (`train` calls them in order): `fetch`
+//! (the next batch), `forward`, `logits` (the partial logits and their exchange at the grid
+//! barrier), `softmax` (cross-entropy and the gradient of the logits), `backward` (dH, db1,
+//! dW2 and db2, dW1), `exchange` (the block's shares to its partner and the partner's back),
+//! `update` (SGD). They share one [`Block`](context::Block): the block's role, its regions of
+//! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
+//! launch, `smem` lays out shared memory, `shuffle` is the kernel that orders an epoch's rows.
+//! `docs/persistent.md` explains the design and its measured costs.
+
+/// Hidden units per slice: one n = 8 `mma` tile.
+pub const UNITS: usize = 8;
+/// Threads per block: 8 warps. Warps `0..TILE_WARPS` own the 16-row tiles of the batch.
+pub const THREADS: usize = 256;
+pub const WARPS: usize = THREADS / 32;
+pub const TILE_WARPS: usize = 4;
+/// Limits of the kernel: four 16-row tiles per half batch (each warp of the forward takes all
+/// four), seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16
+/// step.
+pub const MAX_BATCH: usize = 128;
+pub const MAX_DIM: usize = 896;
+pub const MAX_CLASSES: usize = 16;
+/// 16-wide tiles of dW1ᵀ (along the input) per warp.
+const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
+/// 16-row tiles of a block's rows of the batch, at most.
+const TILES: usize = MAX_BATCH / PARTS / 16;
+/// Bytes of the forward's partial sums: a fragment of fp16 accumulators per warp, tile and
+/// lane (fp32 ones take twice the bytes: half the warps then split the forward).
+const PARTIALS: usize = WARPS * TILES * 32 * 8;
+const _: () = assert!(
+    WARPS * TILES_PER_WARP * 16 == MAX_DIM,
+    "the warps' tiles cover MAX_DIM"
+);
+
+/// Blocks per slice of hidden units: the batch is split in this many parts.
+pub const PARTS: usize = 2;
+
+/// Whether the kernel built for `sm` is launched with each slice's blocks as a cluster (the
+/// Hopper build: `build.rs` compiles sm_90 with PTX 8.1).
+pub const fn clustered(sm: u32) -> bool {
+    sm >= 90
+}
+
+/// The kernel's parameters, passed by value as one `.param` block: `#[repr(C)]` gives the
+/// host and the device the same layout, so the parameter list is written once. Device
+/// addresses are `u64`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// The epoch's examples in shuffled order as the kernel `mlp1_persistent_shuffle` writes
+    /// them: [`row_stride`] bytes a row, the features, then the label.
+    pub batches: u64,
+    /// Every parameter: fp32 master values, their fp16 copy, SGD momentum.
+    pub w32: u64,
+    pub w16: u64,
+    pub vel: u64,
+    /// Each step's mean loss and correct count, added at `[step]` (zeroed by the host).
+    pub loss: u64,
+    pub correct: u64,
+    /// Fixed-point logit sums ([`LOGIT_SLOTS`] slots), the blocks' [`EXCHANGE`] areas and the
+    /// barrier counters (grid, then one per slice; zeroed by the host before each launch).
+    pub logits: u64,
+    pub exchange: u64,
+    pub counters: u64,
+    /// Layer widths, batch rows.
+    pub dim: u32,
+    pub hidden: u32,
+    pub classes: u32,
+    pub batch: u32,
+    /// Offsets of W1, b1, W2, b2 in the parameter buffers.
+    pub o_w1: u32,
+    pub o_b1: u32,
+    pub o_w2: u32,
+    pub o_b2: u32,
+    pub lr: f32,
+    pub momentum: f32,
+    /// This launch runs steps `step0..step0 + steps` of the epoch: step `k` reads rows
+    /// `k·batch..(k + 1)·batch` of `batches`.
+    pub step0: u32,
+    pub steps: u32,
+}
+
+/// Elements of the global logits buffer per step: the sums ([`logits_row`] to a row), then a
+/// count of partial values that were not finite (or too large for the fixed point), which
+/// turns the loss into NaN, and one element of padding (every slot starts on 16 bytes).
+pub const fn logits_slot(batch: usize, classes: usize) -> usize {
+    batch * logits_row(classes) + 2
+}
+
+/// Elements of a row of logit sums: an even number, so that each row starts on 16 bytes and
+/// the softmax loads the sums in pairs.
+pub const fn logits_row(classes: usize) -> usize {
+    classes.next_multiple_of(2)
+}
+
+/// Bytes per row of the batch ([`Smem::stride`]) for inputs of width `dim`.
+pub const fn row_stride(dim: usize) -> usize {
+    ((dim * 2).div_ceil(16) | 1) * 16
+}
+
+/// Byte offset of a row's label (u32) in its row of `batches` and of the shared batch buffers:
+/// the 16 bytes after the features, which a row's stride leaves free.
+pub const fn label_offset(dim: usize) -> usize {
+    2 * dim
+}
+
+/// The logits buffer rotates over three slots: step k adds into slot k % 3 while block 0
+/// clears slot (k + 1) % 3, which every block finished reading before step k began.
+pub const LOGIT_SLOTS: usize = 3;
+
+/// Words a block leaves for its partner each step, in fragment order (so both the writes and
+/// the reads are coalesced): its share of dW1 as fp16 pairs (`[tile][pair][lane]`; the
+/// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
+/// (`[element][lane]` each) and of db1. (On Hopper they go to the partner's shared memory.)
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + SMALL_SHARES;
+/// Words of the shares of dW2 and db2 (one `mma` fragment each) and of db1.
+pub const SMALL_SHARES: usize = OWN_SHARES + UNITS;
+/// Words of the shares of dW2 and db2.
+const OWN_SHARES: usize = 2 * 4 * 32;
+
+mod smem;
+pub use smem::*;
+
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod backward;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod context;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod exchange;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod fetch;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod forward;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod logits;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod shuffle;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod softmax;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod update;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod weights;
+
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod kernel {
+    use super::context::{Block, Step};
+    use super::exchange::Outbox;
+    use super::weights::W1;
+    use super::*;
+    use crate::arch::{Acc, HOPPER, sync_threads};
+
+    /// The training loop of one block: `args.steps` steps, each the phases in order.
+    #[inline(always)]
+    unsafe fn train<A: Acc>(args: Params) {
+        let block = Block::new(args);
+        let mut w1 = W1::load(&block);
+        weights::load_small(&block);
+        block.clear_unfilled_rows();
+        exchange::open();
+        fetch::start(&block);
+        for k in 0..args.steps {
+            let b = block.for_step();
+            let s = Step::new(&b, k);
+            fetch::wait(&b, &s);
+            let h = forward::hidden::<A>(&b, &s);
+            logits::add_partials(&b, &s, &h);
+            if !HOPPER {
+                fetch::load_next(&b, &s);
+            }
+            logits::exchange(&b, &s);
+            softmax::cross_entropy(&b, &s);
+            backward::hidden_grad(&b, &h);
+            softmax::record_loss(&b, &s);
+            let out = Outbox::new(&b);
+            let db1 = backward::bias_share(&b, &out);
+            backward::output_grads(&b, &out);
+            let dw1 = backward::input_grads::<A>(&b, &s);
+            out.send_dw1(&b, &dw1);
+            let theirs = exchange::receive(&b, &s);
+            if HOPPER {
+                fetch::issue_after_next(&b, &s);
+            }
+            update::sgd_step(&b, &mut w1, &dw1, db1, &theirs);
+            sync_threads();
+        }
+        // One block of each slice writes the parameters back.
+        if block.part == 0 {
+            w1.store(&block);
+            weights::store_small(&block);
+        }
+    }
+
+    macro_rules! export {
+        ($name:literal, $acc:ty) => {
+            const _: () = {
+                #[unsafe(export_name = $name)]
+                unsafe extern "ptx-kernel" fn kernel(args: Params) {
+                    unsafe { train::<$acc>(args) }
+                }
+            };
+        };
+    }
+    export!("mlp1_persistent_f16", [u32; 2]);
+    export!("mlp1_persistent_f32", [f32; 4]);
+}

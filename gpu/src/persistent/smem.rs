@@ -1,0 +1,151 @@
+//! Where the persistent kernel keeps what it holds in shared memory. The host sizes the launch
+//! from [`Smem`], the kernel finds its buffers with it, and the CPU tests check it.
+use super::*;
+
+/// The slice's parameters other than W1 and the per-warp partial sums, f32, in shared memory
+/// at [`Smem::params`]: W2 and b2 padded with zeros to [`MAX_CLASSES`]. Each parameter has its
+/// master value and momentum; b1 and b2 also the value rounded to fp16 that the forward adds.
+#[repr(C)]
+pub struct SmallParams {
+    pub w2_master: [[f32; UNITS]; MAX_CLASSES],
+    pub w2_momentum: [[f32; UNITS]; MAX_CLASSES],
+    pub b1_master: [f32; UNITS],
+    pub b1_momentum: [f32; UNITS],
+    pub b1_half: [f32; UNITS],
+    pub b2_master: [f32; MAX_CLASSES],
+    pub b2_momentum: [f32; MAX_CLASSES],
+    pub b2_half: [f32; MAX_CLASSES],
+    /// Each warp's share of db1.
+    pub db1: [[f32; UNITS]; WARPS],
+    /// Each warp's sums of the loss and of the correct count.
+    pub loss: [f32; WARPS],
+    pub correct: [f32; WARPS],
+}
+
+/// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
+/// sizes the launch with it, the kernel finds its buffers with it.
+#[derive(Clone, Copy, Debug)]
+pub struct Smem {
+    /// Rows of the batch per block (half the batch, rounded up to the 16 of an `mma` tile);
+    /// the rows a block does not fill hold zeros.
+    pub rows: usize,
+    /// Bytes per row of the batch: an odd number of 16-byte chunks, so the eight rows one
+    /// `ldmatrix` phase reads fall in eight different bank groups. That is always the features
+    /// and one chunk more, which carries the row's label ([`label_offset`]): a row arrives
+    /// with its label.
+    pub stride: usize,
+    /// Two buffers of the block's rows of the batch, fp16 `[2][rows][stride]`.
+    pub x: usize,
+    /// The slice's rows of W1, fp16 `[dim][UNITS]`: one 16-byte row per input, so the
+    /// forward's B fragments are `ldmatrix.trans` loads and an update stores a unit pair in
+    /// one word. On Hopper the partner's dW1 share (16·dim bytes) arrives here too.
+    pub w1: usize,
+    /// `H[:, s]` and `dH[:, s]`, fp16 `[rows rounded to 32][UNITS]` each.
+    pub h: usize,
+    pub dh: usize,
+    /// Gradient of the logits, fp16 `[rows][MAX_CLASSES]`.
+    pub dl: usize,
+    /// The slice's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
+    pub w2_cu: usize,
+    pub w2_uc: usize,
+    /// The slice's parameters other than W1 and the per-warp partial sums: [`SmallParams`].
+    pub params: usize,
+    /// On Hopper, where the partner block writes its shares of dW2, db2 and db1 (f32,
+    /// [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
+    pub xch: usize,
+    /// This block's shares of dW2 and db2 (f32, in the layout of the partner's), where the
+    /// threads that update W2 and b2 find them.
+    pub own: usize,
+    /// The forward's partial sums of H ([`PARTIALS`] bytes): each warp's over its part of the
+    /// input, for every tile.
+    pub partials: usize,
+    /// Three `mbarrier` objects (u64; the region is padded to 16 bytes): one per batch buffer,
+    /// where Hopper's bulk copies report their bytes, and one where the partner's shares report
+    /// theirs.
+    pub mbar: usize,
+    pub bytes: usize,
+}
+
+impl Smem {
+    pub const fn new(batch: usize, dim: usize) -> Smem {
+        let rows = batch.div_ceil(PARTS).div_ceil(16) * 16;
+        let rows32 = rows.div_ceil(32) * 32;
+        let stride = row_stride(dim);
+        let x = 0;
+        let w1 = x + 2 * rows * stride;
+        let h = w1 + dim * UNITS * 2;
+        let dh = h + rows32 * UNITS * 2;
+        let dl = dh + rows32 * UNITS * 2;
+        let w2_cu = dl + rows * MAX_CLASSES * 2;
+        let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
+        let params = w2_uc + MAX_CLASSES * UNITS * 2;
+        let xch = (params + size_of::<SmallParams>()).div_ceil(16) * 16;
+        let own = (xch + SMALL_SHARES * 4).div_ceil(16) * 16;
+        let partials = own + OWN_SHARES * 4;
+        let mbar = partials + PARTIALS;
+        Smem {
+            rows,
+            stride,
+            x,
+            w1,
+            h,
+            dh,
+            dl,
+            w2_cu,
+            w2_uc,
+            params,
+            xch,
+            own,
+            partials,
+            mbar,
+            bytes: mbar + 32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every buffer starts on a 16-byte boundary (`ldmatrix` rows, `cp.async` and 16-byte
+    /// stores need it), the buffers follow each other without overlap, and a batch row spans
+    /// an odd number of 16-byte chunks (conflict-free `ldmatrix`).
+    #[test]
+    fn shared_memory_layout() {
+        for (batch, dim) in [
+            (128, 784),
+            (100, 48),
+            (8, 48),
+            (1, 16),
+            (127, 896),
+            (64, 32),
+        ] {
+            let m = Smem::new(batch, dim);
+            let regions = [
+                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own, m.partials,
+                m.mbar, m.bytes,
+            ];
+            for r in regions {
+                assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
+            }
+            assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
+            assert_eq!((m.stride / 16) % 2, 1);
+            // The features, then one chunk for the label.
+            assert_eq!(m.stride, label_offset(dim) + 16);
+            assert!(
+                m.rows.is_multiple_of(16) && m.rows * PARTS >= batch && m.rows <= MAX_BATCH / PARTS
+            );
+            assert_eq!(m.w1 - m.x, 2 * m.rows * m.stride);
+            // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits W1's place.
+            assert!(m.h - m.w1 >= dim.div_ceil(16) * 32 * 2 * 4);
+        }
+    }
+
+    /// The default MNIST model fits an H100's 227 KB per block.
+    #[test]
+    fn mnist_fits_an_h100() {
+        let m = Smem::new(128, 784);
+        assert_eq!(m.rows, 64);
+        assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
+    }
+}

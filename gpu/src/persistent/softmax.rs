@@ -1,0 +1,145 @@
+//! Softmax cross-entropy of the block's rows, from the logit sums the grid barrier completed:
+//! each row's loss and whether its arg-max is the label, and the gradient of the logits,
+//! scaled by 1/batch, into shared memory in fp16 for the backward.
+use super::context::{Block, Step};
+use super::logits::FIX;
+use super::*;
+use crate::arch::*;
+
+/// Threads per row (adjacent lanes), [`PER`] classes each. On Hopper all eight warps take part
+/// (none has a copy to issue there), elsewhere the tile warps.
+const SPLIT: usize = if HOPPER { 4 } else { 2 };
+const PER: usize = MAX_CLASSES / SPLIT;
+
+/// The softmax of the block's rows, then each warp's sums of the loss and the correct count
+/// in shared memory, behind a block barrier.
+#[inline(always)]
+pub fn cross_entropy(b: &Block, s: &Step) {
+    let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
+    if HOPPER || !b.is_loader() {
+        (l_sum, c_sum) = row(b, s);
+    }
+    let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
+    if b.lane == 0 {
+        unsafe {
+            *b.small().loss.add(b.warp) = l_w;
+            *b.small().correct.add(b.warp) = c_w;
+        }
+    }
+    sync_threads();
+}
+
+/// The thread's part of its row: stores its classes' gradients and returns (on the row's first
+/// thread) the row's loss and whether its arg-max is the label. Every thread that takes part
+/// runs it (the shuffles need whole warps); threads past the block's rows compute on the
+/// batch's row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
+/// past the batch.)
+#[inline(always)]
+fn row(b: &Block, s: &Step) -> (f32, f32) {
+    let (cn, sums) = (b.classes, s.sums);
+    let (r, side) = (b.tid / SPLIT, b.tid % SPLIT);
+    let valid = r < b.mine;
+    let row = unsafe { sums.add(if valid { b.r0 + r } else { 0 } * logits_row(cn)) };
+    let c0 = PER * side;
+    let mut q = [0i64; PER];
+    // In pairs, 16 bytes a load, which issue in a fraction of the time of one load per sum.
+    // Pairs past the last class are not loaded.
+    for i in 0..PER / 2 {
+        let c = 2 * i;
+        if c0 + c < cn {
+            [q[c], q[c + 1]] = ld_global_cg_v2_i64(unsafe { row.add(c0 + c) });
+        }
+    }
+    let poisoned = ld_global_cg_i64(unsafe { sums.add(b.slot - 2) }) != 0;
+    let label = if valid {
+        let at = r * b.lay.stride + label_offset(b.args.dim as usize);
+        ld_shared_u32(s.x + at as u32) as usize
+    } else {
+        0
+    };
+    let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
+    let mut z = [f32::NEG_INFINITY; PER];
+    for c in 0..PER {
+        if c0 + c < cn {
+            let v = q[c] as f32 / FIX + unsafe { *b.small().b2_half.add(c0 + c) };
+            z[c] = if poisoned { f32::NAN } else { v };
+        }
+    }
+    // Arg-max: the first maximum, as a sequential scan would find it.
+    let (mut max, mut arg) = (z[0], c0);
+    for c in 1..PER {
+        if z[c] > max {
+            (max, arg) = (z[c], c0 + c);
+        }
+    }
+    let mut m = 1;
+    while m < SPLIT {
+        let o_max = shfl_xor_f32(max, m as u32);
+        let o_arg = shfl_xor_u32(arg as u32, m as u32) as usize;
+        if o_max > max || (o_max == max && o_arg < arg) {
+            (max, arg) = (o_max, o_arg);
+        }
+        m *= 2;
+    }
+    let mut e = [0.0f32; PER];
+    let (mut sum, mut zl) = (0.0, 0.0);
+    for c in 0..PER {
+        if c0 + c < cn {
+            e[c] = ex2_approx_ftz((z[c] - max) * LOG2_E);
+            sum += e[c];
+        }
+        if c0 + c == label {
+            zl = z[c];
+        }
+    }
+    // The row's threads all get the same totals: IEEE addition is commutative.
+    let mut m = 1;
+    while m < SPLIT {
+        sum += shfl_xor_f32(sum, m as u32);
+        zl += shfl_xor_f32(zl, m as u32);
+        m *= 2;
+    }
+    if valid && side == 0 {
+        l_sum = lg2_approx_ftz(sum) * LN_2 - (zl - max);
+        c_sum = (arg == label) as u32 as f32;
+    }
+    let (inv, scale) = (1.0 / sum, 1.0 / b.args.batch as f32);
+    let grad = |c: usize| {
+        if valid && c0 + c < cn {
+            (e[c] * inv - (c0 + c == label) as u32 as f32) * scale
+        } else {
+            0.0
+        }
+    };
+    if r < b.rows() {
+        for c2 in 0..PER / 2 {
+            let c = 2 * c2;
+            st_shared_u32(
+                b.dl() + ((r * MAX_CLASSES + c0 + c) * 2) as u32,
+                pack_h2(grad(c), grad(c + 1)),
+            );
+        }
+    }
+    (l_sum, c_sum)
+}
+
+/// Slice 0's first thread adds the step's mean loss and correct count into their slots.
+#[inline(always)]
+pub fn record_loss(b: &Block, s: &Step) {
+    if b.slice != 0 || b.tid != 0 {
+        return;
+    }
+    let (mut ls, mut cs) = (0.0, 0.0);
+    for i in 0..WARPS {
+        unsafe {
+            ls += *b.small().loss.add(i);
+            cs += *b.small().correct.add(i);
+        }
+    }
+    let (loss, correct) = (b.args.loss as *mut f32, b.args.correct as *mut f32);
+    red_global_add_f32(
+        unsafe { loss.add(s.index as usize) },
+        ls / b.args.batch as f32,
+    );
+    red_global_add_f32(unsafe { correct.add(s.index as usize) }, cs);
+}

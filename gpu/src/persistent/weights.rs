@@ -1,0 +1,144 @@
+//! The slice's parameters into the launch and out of it. W1's fp32 master values and momentum
+//! stay in registers for the whole launch (each thread keeps the elements of the dW1ᵀ
+//! fragments it computes), their fp16 copy in shared memory; W2, b1 and b2 in shared memory.
+use super::context::Block;
+use super::*;
+use crate::arch::*;
+use crate::layout::mma_c;
+
+/// The thread's elements of W1: element `e` of the accumulator fragment of dW1ᵀ tile
+/// `warp + WARPS·i`.
+pub struct W1 {
+    pub master: [[f32; 4]; TILES_PER_WARP],
+    pub momentum: [[f32; 4]; TILES_PER_WARP],
+}
+
+/// Element (input `16·mt + r`, unit `c`) of the slice's W1: its index in the parameter buffers.
+#[inline(always)]
+fn w1_index(b: &Block, mt: usize, r: usize, c: usize) -> usize {
+    (b.args.o_w1 + (b.j0 + c as u32) * b.args.dim) as usize + 16 * mt + r
+}
+
+/// The same element's address in the fp16 copy in shared memory (`[input][unit]`).
+#[inline(always)]
+pub fn w1_shared(b: &Block, mt: usize, r: usize, c: usize) -> u32 {
+    b.w1() + (((16 * mt + r) * UNITS + c) * 2) as u32
+}
+
+impl W1 {
+    #[inline(always)]
+    pub fn load(b: &Block) -> W1 {
+        let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
+        let mut w1 = W1 {
+            master: [[0.0; 4]; TILES_PER_WARP],
+            momentum: [[0.0; 4]; TILES_PER_WARP],
+        };
+        for i in 0..TILES_PER_WARP {
+            let mt = b.warp + WARPS * i;
+            if mt < b.ktiles {
+                for e in 0..4 {
+                    let (r, c) = mma_c(b.lane, e);
+                    let k = w1_index(b, mt, r, c);
+                    unsafe {
+                        w1.master[i][e] = *w32.add(k);
+                        w1.momentum[i][e] = *vel.add(k);
+                    }
+                    st_shared_u16(w1_shared(b, mt, r, c), f2h(w1.master[i][e]));
+                }
+            }
+        }
+        w1
+    }
+
+    #[inline(always)]
+    pub fn store(&self, b: &Block) {
+        for i in 0..TILES_PER_WARP {
+            let mt = b.warp + WARPS * i;
+            if mt < b.ktiles {
+                for e in 0..4 {
+                    let (r, c) = mma_c(b.lane, e);
+                    put(
+                        b,
+                        w1_index(b, mt, r, c),
+                        self.master[i][e],
+                        self.momentum[i][e],
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes parameter `k` out: fp32 master, momentum and the fp16 copy the layered kernels read.
+#[inline(always)]
+fn put(b: &Block, k: usize, m: f32, v: f32) {
+    unsafe {
+        *(b.args.w32 as *mut f32).add(k) = m;
+        *(b.args.vel as *mut f32).add(k) = v;
+        *(b.args.w16 as *mut u16).add(k) = f2h(m);
+    }
+}
+
+/// Stores the fp16 value of W2's element (class `c`, unit `j`) in both of its layouts.
+#[inline(always)]
+pub fn set_w2_half(b: &Block, c: usize, j: usize, v: f32) {
+    st_shared_u16(b.w2_cu() + ((c * UNITS + j) * 2) as u32, f2h(v));
+    st_shared_u16(b.w2_uc() + ((j * MAX_CLASSES + c) * 2) as u32, f2h(v));
+}
+
+/// W2's columns of the slice, b1's entries and b2 into shared memory, padded with zeros to
+/// [`MAX_CLASSES`].
+#[inline(always)]
+pub fn load_small(b: &Block) {
+    let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
+    let (tid, cn, p) = (b.tid, b.classes, b.small());
+    if tid < MAX_CLASSES * UNITS {
+        let (c, j) = (tid / UNITS, tid % UNITS);
+        let (mut m, mut v) = (0.0, 0.0);
+        if c < cn {
+            let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
+            unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
+        }
+        unsafe { (*p.w2_master.add(tid), *p.w2_momentum.add(tid)) = (m, v) };
+        set_w2_half(b, c, j, m);
+    }
+    if tid < UNITS {
+        let k = (b.args.o_b1 + b.j0) as usize + tid;
+        unsafe {
+            *p.b1_master.add(tid) = *w32.add(k);
+            *p.b1_momentum.add(tid) = *vel.add(k);
+            *p.b1_half.add(tid) = round_h(*p.b1_master.add(tid));
+        }
+    }
+    if tid < MAX_CLASSES {
+        let (mut m, mut v) = (0.0, 0.0);
+        if tid < cn {
+            let k = b.args.o_b2 as usize + tid;
+            unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
+        }
+        unsafe {
+            *p.b2_master.add(tid) = m;
+            *p.b2_momentum.add(tid) = v;
+            *p.b2_half.add(tid) = round_h(m);
+        }
+    }
+}
+
+/// W2's columns, b1's entries and (block 0) b2 out of the launch.
+#[inline(always)]
+pub fn store_small(b: &Block) {
+    let (tid, cn, p) = (b.tid, b.classes, b.small());
+    if tid < cn * UNITS {
+        let (c, j) = (tid / UNITS, tid % UNITS);
+        let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
+        unsafe { put(b, k, *p.w2_master.add(tid), *p.w2_momentum.add(tid)) };
+    }
+    if tid < UNITS {
+        let k = (b.args.o_b1 + b.j0) as usize + tid;
+        unsafe { put(b, k, *p.b1_master.add(tid), *p.b1_momentum.add(tid)) };
+    }
+    if b.blk == 0 && tid < cn {
+        let k = b.args.o_b2 as usize + tid;
+        unsafe { put(b, k, *p.b2_master.add(tid), *p.b2_momentum.add(tid)) };
+    }
+}
