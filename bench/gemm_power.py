@@ -7,7 +7,7 @@ clock event reasons, and prints every row with the mean clock and power over the
 timing window, and its TFLOP/s per GHz: the throughput per clock cycle, which the roof rows
 (registers only, no memory traffic) bound for any `mma.sync` kernel.
 
-    python3 bench/gemm_power.py --host .gpu/bin/host -- --config tc80_128x128x64_64x64_s3 \\
+    python3 bench/gemm_power.py --host target/release/host -- --config tc80_128x128x64_64x64_s3 \\
         --sizes square4096,square8192
 
 Arguments after `--` go to `host gemm`; `--time-ms` is added (default 3000 here). A row's clock
@@ -67,7 +67,7 @@ def tflops(line):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--host", default=".gpu/bin/host", help="the host binary")
+    ap.add_argument("--host", default="target/release/host", help="the host binary")
     ap.add_argument("--time-ms", type=int, default=3000, help="time budget per row")
     ap.add_argument("--gpu", default="0", help="nvidia-smi's index or PCI bus id of the GPU")
     ap.add_argument("--csv", help="also write the rows as CSV")

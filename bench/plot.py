@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of a results folder (CSV files written by the runs in docs/RESULTS.md), with matplotlib:
 
-    python3 bench/plot.py docs/results/2026-11-22-h100
+    python3 bench/plot.py docs/results/2026-11-24-h100-report-87389ec
 
 writes mnist_loss.png (loss curves, ours and PyTorch, hidden 128), mnist_widths.png (time per
 epoch against hidden width), regression_sweep.png (time against points), regression_ops.png (time per op of one

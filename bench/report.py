@@ -6,8 +6,10 @@
 Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study), the regression sweep,
 Iris, and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
 (bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
-Copy OUT_DIR/RESULTS.md over docs/RESULTS.md to publish it. Refuses an existing OUT_DIR unless
---force. Sized to finish within 10 minutes on an H100.
+To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
+docs/results/NAME/ and write docs/RESULTS.md with
+`python3 bench/results_md.py docs/results/NAME --images results/NAME/ --to docs/RESULTS.md`.
+Refuses an existing OUT_DIR unless --force. Takes about 7 minutes on an H100.
 """
 import argparse, csv, datetime, re, shutil, subprocess, sys, time
 from pathlib import Path
