@@ -39,6 +39,12 @@ pub fn sgd_step<A: Acc>(
     db1: f32,
     theirs: &Theirs,
 ) {
+    // W2's gradient is loaded before W1's update, which hides the loads' latency.
+    let w2 = w2_element(b).map(|(j, i)| {
+        let own = b.own();
+        let (gw2, gb2) = unsafe { (*own.add(j) + theirs.dw2, *own.add(128 + j) + theirs.db2) };
+        (i, gw2, gb2)
+    });
     for i in 0..TILES_PER_WARP {
         let mt = b.warp + WARPS * i;
         if mt < b.ktiles {
@@ -68,20 +74,13 @@ pub fn sgd_step<A: Acc>(
             ))
         };
     }
-    if let Some((j, i)) = w2_element(b) {
-        let (own, (c, unit)) = (b.own(), (i / UNITS, i % UNITS));
-        let (gw2, gb2) = unsafe { (*own.add(j) + theirs.dw2, *own.add(128 + j) + theirs.db2) };
+    if let Some((i, gw2, gb2)) = w2 {
+        let (c, unit) = (i / UNITS, i % UNITS);
         let nw = unsafe { sgd(b, &mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i), gw2) };
         set_w2_half(b, c, unit, nw);
         if unit == 0 {
-            unsafe {
-                *p.b2_half.add(c) = round_h(sgd(
-                    b,
-                    &mut *p.b2_master.add(c),
-                    &mut *p.b2_momentum.add(c),
-                    gb2,
-                ))
-            };
+            let (m, v) = unsafe { (&mut *p.b2_master.add(c), &mut *p.b2_momentum.add(c)) };
+            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, gb2)) };
         }
     }
 }
