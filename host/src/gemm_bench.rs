@@ -98,7 +98,7 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
         let blocks = per_sm * sms;
         for (name, k, acc) in gemm::roof_kernels(gpu) {
             let ms = time_ms(gpu, budget_ms, || {
-                gemm::launch_roof(gpu, &name, (blocks, threads), ROOF_OPERAND, iters, ptr)
+                gemm::launch_roof(gpu, name, (blocks, threads), ROOF_OPERAND, iters, ptr)
             })?;
             let flops = (blocks * threads / 32) as f64
                 * (iters as usize * ROOF_CHAINS) as f64
