@@ -412,18 +412,7 @@ impl<'a> Trainer<'a> {
     /// or synchronised inside it, so it can be captured as a graph.
     fn step(&self) -> Result<()> {
         let (o, b, model) = (self.o, &self.b, &self.model);
-        Gather {
-            x: b.x_train.ptr,
-            y: b.y_train.ptr,
-            n: self.ds.train.count as u32,
-            dim: self.ds.train.dim as u32,
-            xb: b.xb.ptr,
-            yb: b.yb.ptr,
-            batch: o.batch as u32,
-            step: b.step.ptr,
-            seed: b.seed.ptr,
-        }
-        .launch(self.gpu)?;
+        self.gather()?;
         model.forward(b.xb.ptr, o.batch)?;
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         model.loss(b.yb.ptr, o.batch, true, sums, b.step.ptr)?;
@@ -433,6 +422,22 @@ impl<'a> Trainer<'a> {
         let mut l = self.gpu.stream.launch_builder(&advance);
         l.arg(&b.step.ptr);
         unsafe { l.launch(grid_1d(1, 32)) }?;
+        Ok(())
+    }
+
+    /// Gathers the batch of step `*step` of the epoch keyed `*seed` into `xb`/`yb`.
+    fn gather(&self) -> Result<()> {
+        let (b, train) = (&self.b, &self.ds.train);
+        let (n, dim, batch) = (train.count as u32, train.dim as u32, self.o.batch as u32);
+        let f = self.gpu.function(kernels::GATHER_BATCH)?;
+        let mut l = self.gpu.stream.launch_builder(&f);
+        // The training set and its shape, the batch's buffers, where the step and key are read.
+        l.arg(&b.x_train.ptr).arg(&b.y_train.ptr).arg(&n).arg(&dim);
+        l.arg(&b.xb.ptr).arg(&b.yb.ptr).arg(&batch);
+        l.arg(&b.step.ptr).arg(&b.seed.ptr);
+        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
+        // buffers come from the run's arena, which outlives the work.
+        unsafe { l.launch(grid_1d(self.o.batch * train.dim, 256)) }?;
         Ok(())
     }
 
@@ -657,35 +662,6 @@ fn carve<'g>(
         Choice::Layered(_) => None,
     };
     Ok((b, model, persistent))
-}
-
-/// The parameters of `gather_batch`, named, in the kernel's order: the batch of step `*step` of
-/// the epoch keyed `*seed`, from the `n` examples of `dim` features at `x`/`y` into `xb`/`yb`.
-struct Gather {
-    x: u64,
-    y: u64,
-    n: u32,
-    dim: u32,
-    xb: u64,
-    yb: u64,
-    batch: u32,
-    step: u64,
-    seed: u64,
-}
-
-impl Gather {
-    fn launch(&self, gpu: &Gpu) -> Result<()> {
-        let f = gpu.function(kernels::GATHER_BATCH)?;
-        let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&self.x).arg(&self.y).arg(&self.n).arg(&self.dim);
-        l.arg(&self.xb).arg(&self.yb).arg(&self.batch);
-        l.arg(&self.step).arg(&self.seed);
-        let elements = self.batch as usize * self.dim as usize;
-        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
-        // buffers come from the run's arena, which outlives the work.
-        unsafe { l.launch(grid_1d(elements, 256)) }?;
-        Ok(())
-    }
 }
 
 fn progress_bar(quiet: bool, steps: usize) -> ProgressBar {
