@@ -249,29 +249,21 @@ impl<'a> Trainer<'a> {
         let choice = Choice::new(gpu, o, &sizes, steps)?;
         let eval_rows = ds.test.count.min(8192);
         let eval_chunks = ds.test.count.div_ceil(eval_rows);
-        let shape = Shape {
+        let footprint = Footprint {
             sizes: &sizes,
             steps,
             eval_rows,
             eval_chunks,
         };
-        let carve = |arena: &mut Arena| carve(gpu, o, ds, &shape, &choice, arena);
+        let carve = |arena: &mut Arena| carve(gpu, o, ds, &footprint, &choice, arena);
         // Everything the run touches comes from one arena, sized by carving it once without
         // memory.
         let mut measure = Arena::measuring();
         carve(&mut measure)?;
         let (free_before, _) = gpu.mem_info()?;
         let mut arena = Arena::new(gpu, measure.used())?;
-        let (b, model, persistent) = carve(&mut arena)?;
+        let (b, model, engine) = carve(&mut arena)?;
         let (free_after, _) = gpu.mem_info()?;
-        let engine = match (persistent, choice) {
-            (Some(p), _) => Engine::Persistent(Box::new(p)),
-            (None, Choice::Layered(why_not_persistent)) => Engine::Layered(Layered {
-                why_not_persistent,
-                graph: None,
-            }),
-            (None, Choice::Persistent) => unreachable!("the persistent choice carves its kernel"),
-        };
         let t = Trainer {
             gpu,
             o,
@@ -622,8 +614,8 @@ fn ensure_parameters_fit(gpu: &Gpu, sizes: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// What the carving of a run's arena depends on besides its options and data.
-struct Shape<'s> {
+/// What the carving of a run's arena depends on besides its options, data and engine.
+struct Footprint<'s> {
     sizes: &'s [usize],
     steps: usize,
     eval_rows: usize,
@@ -636,11 +628,11 @@ fn carve<'g>(
     gpu: &'g Gpu,
     o: &Options,
     ds: &Dataset,
-    shape: &Shape,
+    footprint: &Footprint,
     choice: &Choice,
     arena: &mut Arena,
-) -> Result<(Buffers, Mlp<'g>, Option<Persistent>)> {
-    let steps = shape.steps;
+) -> Result<(Buffers, Mlp<'g>, Engine)> {
+    let steps = footprint.steps;
     let b = Buffers {
         x_train: arena.alloc(ds.train.features.len())?,
         y_train: arena.alloc(ds.train.count)?,
@@ -650,18 +642,23 @@ fn carve<'g>(
         yb: arena.alloc(o.batch)?,
         loss_steps: arena.alloc(steps)?,
         correct_steps: arena.alloc(steps)?,
-        eval_loss: arena.alloc(shape.eval_chunks)?,
-        eval_correct: arena.alloc(shape.eval_chunks)?,
+        eval_loss: arena.alloc(footprint.eval_chunks)?,
+        eval_correct: arena.alloc(footprint.eval_chunks)?,
         step: arena.alloc(1)?,
         seed: arena.alloc(1)?,
     };
-    let (sizes, rows) = (shape.sizes, shape.eval_rows);
+    let (sizes, rows) = (footprint.sizes, footprint.eval_rows);
     let model = Mlp::new(gpu, arena, sizes, o.batch, rows, o.accum, o.config)?;
-    let persistent = match choice {
-        Choice::Persistent => Some(Persistent::new(gpu, arena, sizes, o.batch, o.accum, steps)?),
-        Choice::Layered(_) => None,
+    let engine = match choice {
+        Choice::Persistent => Engine::Persistent(Box::new(Persistent::new(
+            gpu, arena, sizes, o.batch, o.accum, steps,
+        )?)),
+        Choice::Layered(why) => Engine::Layered(Layered {
+            why_not_persistent: why.clone(),
+            graph: None,
+        }),
     };
-    Ok((b, model, persistent))
+    Ok((b, model, engine))
 }
 
 fn progress_bar(quiet: bool, steps: usize) -> ProgressBar {
