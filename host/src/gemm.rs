@@ -1,13 +1,13 @@
 //! Host side of the GEMM ladder: validation, configuration choice, launch geometry, the CPU
 //! reference and cuBLAS for comparison.
 use crate::cuda::{Gpu, PushKernelArg, arg, attribute};
+use crate::kernels;
 use anyhow::{Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
-    simt_kernel, tensor_kernel,
 };
 use half::f16;
 
@@ -28,8 +28,13 @@ impl Version {
 
     /// Every version this GPU can run, SIMT first.
     pub fn all_for(gpu: &Gpu) -> Vec<Version> {
+        Version::all_up_to(gpu.ptx.sm)
+    }
+
+    /// Every version the PTX of architecture `sm` holds, SIMT first.
+    pub fn all_up_to(sm: u32) -> Vec<Version> {
         let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
-        for c in TILE_CONFIGS.iter().filter(|c| c.min_sm <= gpu.ptx.sm) {
+        for c in TILE_CONFIGS.iter().filter(|c| c.min_sm <= sm) {
             v.push(Version::Tensor(c, Accum::F16));
             v.push(Version::Tensor(c, Accum::F32));
         }
@@ -284,23 +289,17 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    Ok(match v {
-        Version::Simt("naive") => (simt_kernel("naive", p.layout), cfg(16, 16, 256, 0)),
-        Version::Simt("smem") => (
-            simt_kernel("smem", p.layout),
-            cfg(
-                SMEM_TILE,
-                SMEM_TILE,
-                SMEM_TILE * SMEM_TILE,
-                2 * SMEM_TILE * SMEM_TILE * 4,
-            ),
+    let geometry = match v {
+        Version::Simt("naive") => cfg(16, 16, 256, 0),
+        Version::Simt("smem") => cfg(
+            SMEM_TILE,
+            SMEM_TILE,
+            SMEM_TILE * SMEM_TILE,
+            2 * SMEM_TILE * SMEM_TILE * 4,
         ),
-        Version::Simt("regblock") => (
-            simt_kernel("regblock", p.layout),
-            cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4),
-        ),
+        Version::Simt("regblock") => cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4),
         Version::Simt(other) => bail!("unknown SIMT version {other}"),
-        Version::Tensor(c, acc) => {
+        Version::Tensor(c, _) => {
             ensure!(
                 c.min_sm <= gpu.ptx.sm,
                 "config {} needs sm_{}, but the {} PTX is loaded",
@@ -315,12 +314,10 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
                 c.name,
                 c.smem_bytes()
             );
-            (
-                tensor_kernel(c, p.layout, acc),
-                cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes()),
-            )
+            cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes())
         }
-    })
+    };
+    Ok((kernels::gemm(v, p.layout), geometry))
 }
 
 /// Launches one GEMM on the GPU's stream (asynchronously). Validate the problem first with
@@ -403,7 +400,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         }
     }?;
     if splits > 1 {
-        let f = gpu.function("splitk_reduce")?;
+        let f = gpu.function(kernels::SPLITK_REDUCE)?;
         let s = splits as u32;
         let cfg = crate::cuda::grid_1d(p.m * p.n, 256);
         let mut args = [arg(&ws), arg(&s), arg(&params)];
@@ -416,7 +413,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
 
 /// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons.
 pub fn launch_bias_act(gpu: &Gpu, p: &Problem, c: u64, bias: u64) -> Result<()> {
-    let f = gpu.function("bias_act_f16")?;
+    let f = gpu.function(kernels::BIAS_ACT_F16)?;
     let (ldc, m, n, relu) = (p.ldc as u32, p.m as u32, p.n as u32, p.relu as u32);
     let mut b = gpu.stream.launch_builder(&f);
     b.arg(&c).arg(&ldc).arg(&m).arg(&n).arg(&bias).arg(&relu);
@@ -425,16 +422,11 @@ pub fn launch_bias_act(gpu: &Gpu, p: &Problem, c: u64, bias: u64) -> Result<()> 
 }
 
 /// The roof kernels this GPU's PTX has: (name, instruction K, accumulator).
-pub fn roof_kernels(gpu: &Gpu) -> Vec<(String, usize, Accum)> {
-    let mut v = Vec::new();
-    for (k, min_sm) in [(8, 75), (16, 80)] {
-        for acc in [Accum::F16, Accum::F32] {
-            if gpu.ptx.sm >= min_sm {
-                v.push((format!("mma_roof_k{k}_{}", acc.suffix()), k, acc));
-            }
-        }
-    }
-    v
+pub fn roof_kernels(gpu: &Gpu) -> Vec<(&'static str, usize, Accum)> {
+    kernels::ROOFS
+        .into_iter()
+        .filter(|(name, _, _)| kernels::in_ptx_of(name, gpu.ptx.sm))
+        .collect()
 }
 
 /// Runs roof kernel `name` (see `gpu/src/gemm/roof.rs`): `blocks` × `threads` threads, each warp

@@ -1,7 +1,7 @@
 //! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
 use crate::cuda::{Gpu, dptr};
 use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::{Accum, Layout, ROOF_CHAINS};
 use half::f16;
@@ -22,18 +22,82 @@ pub struct Row {
     pub ok: bool,
 }
 
+/// One problem of the table: its name, M×N×K, operand layout, and whether the bias-and-ReLU
+/// epilogue runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    pub name: String,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub layout: Layout,
+    pub epilogue: bool,
+}
+
+impl Shape {
+    fn new(
+        name: String,
+        (m, n, k): (usize, usize, usize),
+        layout: Layout,
+        epilogue: bool,
+    ) -> Shape {
+        Shape {
+            name,
+            m,
+            n,
+            k,
+            layout,
+            epilogue,
+        }
+    }
+
+    /// A default shape by name, or `MxNxK` (NN layout, no epilogue).
+    pub fn parse(s: &str) -> Result<Shape> {
+        if let Some(shape) = default_shapes().into_iter().find(|d| d.name == s) {
+            return Ok(shape);
+        }
+        let d: Vec<usize> = s
+            .split('x')
+            .map(|x| x.trim().parse())
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                anyhow!(
+                    "size {s:?} is not MxNxK nor a default shape's name (see `host gemm --help`)"
+                )
+            })?;
+        match d[..] {
+            [m, n, k] if m > 0 && n > 0 && k > 0 => {
+                Ok(Shape::new(s.to_string(), (m, n, k), Layout::NN, false))
+            }
+            _ => bail!(
+                "size {s:?} is not MxNxK with positive dimensions, nor a default shape's name"
+            ),
+        }
+    }
+}
+
 /// Default sizes: squares 256…8192 and the MNIST MLP's GEMMs (batch 128, 784-128-10 and a
 /// wide 784-4096-10), forward and both backward products.
-pub fn default_shapes() -> Vec<(String, usize, usize, usize, Layout, bool)> {
+pub fn default_shapes() -> Vec<Shape> {
     let mut v = Vec::new();
     for s in [256, 512, 1024, 2048, 4096, 8192] {
-        v.push((format!("square{s}"), s, s, s, Layout::NN, false));
+        v.push(Shape::new(
+            format!("square{s}"),
+            (s, s, s),
+            Layout::NN,
+            false,
+        ));
     }
     for (b, h) in [(128, 128), (128, 4096)] {
-        v.push((format!("mlp{h}.fwd1"), b, h, 784, Layout::NT, true));
-        v.push((format!("mlp{h}.fwd2"), b, 10, h, Layout::NT, false));
-        v.push((format!("mlp{h}.dx2"), b, h, 10, Layout::NN, false));
-        v.push((format!("mlp{h}.dw1"), h, 784, b, Layout::TN, false));
+        for (product, dims, layout, epilogue) in [
+            ("fwd1", (b, h, 784), Layout::NT, true),
+            ("fwd2", (b, 10, h), Layout::NT, false),
+            ("dx2", (b, h, 10), Layout::NN, false),
+            ("dw1", (h, 784, b), Layout::TN, false),
+        ] {
+            let name = format!("mlp{h}.{product}");
+            v.push(Shape::new(name, dims, layout, epilogue));
+        }
     }
     v
 }
@@ -98,7 +162,7 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
         let blocks = per_sm * sms;
         for (name, k, acc) in gemm::roof_kernels(gpu) {
             let ms = time_ms(gpu, budget_ms, || {
-                gemm::launch_roof(gpu, &name, (blocks, threads), ROOF_OPERAND, iters, ptr)
+                gemm::launch_roof(gpu, name, (blocks, threads), ROOF_OPERAND, iters, ptr)
             })?;
             let flops = (blocks * threads / 32) as f64
                 * (iters as usize * ROOF_CHAINS) as f64
@@ -121,16 +185,20 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
 pub fn run(
     gpu: &Gpu,
     versions: &[Version],
-    shapes: &[(String, usize, usize, usize, Layout, bool)],
+    shapes: &[Shape],
     simt_max: usize,
     budget_ms: f64,
     out: &mut dyn Write,
 ) -> Result<Vec<Row>> {
-    let blas = Cublas::new(gpu)?;
-    let versions = if versions.is_empty() {
-        Version::all_for(gpu)
-    } else {
-        versions.to_vec()
+    let bench = Bench {
+        blas: Cublas::new(gpu)?,
+        versions: if versions.is_empty() {
+            Version::all_for(gpu)
+        } else {
+            versions.to_vec()
+        },
+        simt_max,
+        budget_ms,
     };
     let mut rng = StdRng::seed_from_u64(7);
     let mut rows = Vec::new();
@@ -139,106 +207,129 @@ pub fn run(
         "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>9}",
         "version", "shape", "M", "N", "K", "time_ms", "TFLOP/s", "%cuBLAS", "max_err"
     )?;
-    for (label, m, n, k, layout, epilogue) in shapes {
-        let (m, n, k) = (*m, *n, *k);
-        let mut p = Problem::new(m, n, k, *layout);
-        p.relu = *epilogue;
-        let a = random(p.a_len(), &mut rng);
-        let b = random(p.b_len(), &mut rng);
-        let bias = random(n, &mut rng);
-        let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
-        let dc = gpu.zeros::<f16>(p.c_len())?;
-        let s = &gpu.stream;
-        let ptrs = Ptrs {
-            a: dptr(&da, s),
-            b: dptr(&db, s),
-            c: dptr(&dc, s),
-            bias: if *epilogue { dptr(&dbias, s) } else { 0 },
-            ws: 0,
-        };
-        let bias_host = epilogue.then_some(&bias[..]);
-        let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
-            (0..512)
-                .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
-                .collect()
-        });
-
-        // Times `f`, then checks what it left in C, which is poisoned with NaN (all-ones fp16)
-        // first so that an element the kernel never writes cannot pass.
-        let c_bytes = dc.num_bytes();
-        let measure = |acc: Accum, f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, Check)> {
-            unsafe {
-                cudarc::driver::result::memset_d8_async(
-                    ptrs.c,
-                    0xff,
-                    c_bytes,
-                    gpu.stream.cu_stream(),
-                )
-            }?;
-            let ms = time_ms(gpu, budget_ms, f)?;
-            let got = gpu.download(&dc)?;
-            Ok((
-                ms,
-                gemm::check(&p, acc, &a, &b, &[], bias_host, &got, samples.as_deref()),
-            ))
-        };
-
-        // cuBLAS with fp16 and with fp32 compute, plus the separate epilogue if any.
-        let mut cublas_ms = f64::NAN;
-        for compute in [Accum::F16, Accum::F32] {
-            let (ms, c) = measure(compute, &mut || {
-                blas.gemm(&p, ptrs, compute)?;
-                if *epilogue {
-                    gemm::launch_bias_act(gpu, &p, ptrs.c, ptrs.bias)?;
-                }
-                Ok(())
-            })?;
-            if compute == Accum::F16 {
-                cublas_ms = ms;
-            }
-            let name = format!(
-                "cublas_{}{}",
-                compute.suffix(),
-                if *epilogue { "+bias_relu" } else { "" }
-            );
-            rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
-        }
-
-        for &v in &versions {
-            if matches!(v, Version::Simt(_)) && m.max(n).max(k) > simt_max {
-                continue;
-            }
-            let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
-            rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
-        }
-
-        // What the host would pick for this shape, split-K included, when that splits.
-        let cfg = gemm::choose_config(gpu, m, n, k)?;
-        let split = gemm::choose_split(gpu, cfg, m, n, k)?;
-        if split > 1 {
-            let v = Version::Tensor(cfg, Accum::F16);
-            let sp = Problem {
-                split_k: split,
-                ..p
-            };
-            let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
-            let ptrs = Ptrs {
-                ws: dptr(&ws, s),
-                ..ptrs
-            };
-            let (ms, c) = measure(Accum::F16, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
-            rows.push(row(
-                out,
-                format!("{}_splitk{split}", v.label()),
-                label,
-                &p,
-                ms,
-                cublas_ms,
-                &c,
-            )?);
-        }
+    for shape in shapes {
+        shape_rows(gpu, &bench, shape, &mut rng, out, &mut rows)?;
     }
     Ok(rows)
+}
+
+/// What every row of a run shares.
+struct Bench {
+    blas: Cublas,
+    versions: Vec<Version>,
+    simt_max: usize,
+    budget_ms: f64,
+}
+
+/// The rows of one shape: cuBLAS, every version, and the host's own choice where it splits K.
+fn shape_rows(
+    gpu: &Gpu,
+    bench: &Bench,
+    shape: &Shape,
+    rng: &mut StdRng,
+    out: &mut dyn Write,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let &Shape {
+        name: ref label,
+        m,
+        n,
+        k,
+        layout,
+        epilogue,
+    } = shape;
+    let mut p = Problem::new(m, n, k, layout);
+    p.relu = epilogue;
+    let a = random(p.a_len(), rng);
+    let b = random(p.b_len(), rng);
+    let bias = random(n, rng);
+    let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
+    let dc = gpu.zeros::<f16>(p.c_len())?;
+    let s = &gpu.stream;
+    let ptrs = Ptrs {
+        a: dptr(&da, s),
+        b: dptr(&db, s),
+        c: dptr(&dc, s),
+        bias: if epilogue { dptr(&dbias, s) } else { 0 },
+        ws: 0,
+    };
+    let bias_host = epilogue.then_some(&bias[..]);
+    let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
+        (0..512)
+            .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
+            .collect()
+    });
+
+    // Times `f`, then checks what it left in C, which is poisoned with NaN (all-ones fp16)
+    // first so that an element the kernel never writes cannot pass.
+    let c_bytes = dc.num_bytes();
+    let measure = |acc: Accum, f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, Check)> {
+        unsafe {
+            cudarc::driver::result::memset_d8_async(ptrs.c, 0xff, c_bytes, gpu.stream.cu_stream())
+        }?;
+        let ms = time_ms(gpu, bench.budget_ms, f)?;
+        let got = gpu.download(&dc)?;
+        Ok((
+            ms,
+            gemm::check(&p, acc, &a, &b, &[], bias_host, &got, samples.as_deref()),
+        ))
+    };
+
+    // cuBLAS with fp16 and with fp32 compute, plus the separate epilogue if any.
+    let mut cublas_ms = f64::NAN;
+    for compute in [Accum::F16, Accum::F32] {
+        let (ms, c) = measure(compute, &mut || {
+            bench.blas.gemm(&p, ptrs, compute)?;
+            if epilogue {
+                gemm::launch_bias_act(gpu, &p, ptrs.c, ptrs.bias)?;
+            }
+            Ok(())
+        })?;
+        if compute == Accum::F16 {
+            cublas_ms = ms;
+        }
+        let name = format!(
+            "cublas_{}{}",
+            compute.suffix(),
+            if epilogue { "+bias_relu" } else { "" }
+        );
+        rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+    }
+
+    for &v in &bench.versions {
+        if matches!(v, Version::Simt(_)) && m.max(n).max(k) > bench.simt_max {
+            continue;
+        }
+        let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
+        rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
+    }
+
+    // What the host would pick for this shape, split-K included, when that splits.
+    let cfg = gemm::choose_config(gpu, m, n, k)?;
+    let split = gemm::choose_split(gpu, cfg, m, n, k)?;
+    if split > 1 {
+        let v = Version::Tensor(cfg, Accum::F16);
+        let sp = Problem {
+            split_k: split,
+            ..p
+        };
+        let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
+        let ptrs = Ptrs {
+            ws: dptr(&ws, s),
+            ..ptrs
+        };
+        let (ms, c) = measure(Accum::F16, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
+        rows.push(row(
+            out,
+            format!("{}_splitk{split}", v.label()),
+            label,
+            &p,
+            ms,
+            cublas_ms,
+            &c,
+        )?);
+    }
+    Ok(())
 }
 
 fn row(
@@ -305,4 +396,28 @@ pub fn ensure_correct(rows: &[Row]) -> Result<()> {
         wrong.join(", ")
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_from_names_and_dimensions() {
+        let fwd = Shape::parse("mlp128.fwd1").unwrap();
+        assert_eq!(
+            (fwd.m, fwd.n, fwd.k, fwd.layout),
+            (128, 128, 784, Layout::NT)
+        );
+        assert!(fwd.epilogue);
+        let s = Shape::parse("64x32x16").unwrap();
+        assert_eq!(
+            s,
+            Shape::new("64x32x16".into(), (64, 32, 16), Layout::NN, false)
+        );
+        for bad in ["64x32", "64x0x16", "big", "1x2x3x4"] {
+            let e = Shape::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 }

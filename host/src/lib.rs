@@ -3,6 +3,7 @@ pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;
 pub mod iris;
+pub mod kernels;
 pub mod mlp;
 pub mod mnist;
 pub mod ptx;

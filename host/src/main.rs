@@ -1,10 +1,11 @@
 //! `host`: train and benchmark with Rust GPU kernels. `host --help` lists the commands.
-use anyhow::{Result, bail};
-use clap::{Parser, Subcommand};
-use gpu::gemm::{Accum, Layout};
+use anyhow::Result;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use gpu::gemm::Accum;
 use host::cuda::Gpu;
 use host::gemm::Version;
-use host::{gemm_bench, ptx};
+use host::gemm_bench::{self, Shape};
+use host::ptx;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,10 +41,13 @@ struct RegressionArgs {
     /// Data points (80% train, 20% test).
     #[arg(long, default_value_t = 5_000_000)]
     points: usize,
+    /// Full-batch gradient steps.
     #[arg(long, default_value_t = 200)]
     epochs: usize,
+    /// Learning rate.
     #[arg(long, default_value_t = 0.01)]
     lr: f32,
+    /// Seed of the generated data.
     #[arg(long, default_value_t = 0)]
     seed: u32,
     /// Standard deviation of the Gaussian noise added to y.
@@ -67,6 +71,7 @@ struct RegressionArgs {
     /// Time every variant at 1M, 5M, 10M, 50M and 100M points (or --sweep-points).
     #[arg(long)]
     sweep: bool,
+    /// Point counts of --sweep, comma-separated (default: 1M, 5M, 10M, 50M, 100M).
     #[arg(long, value_delimiter = ',')]
     sweep_points: Vec<usize>,
     /// Write the results as CSV.
@@ -80,30 +85,35 @@ struct MnistArgs {
     #[arg(long)]
     data: Option<PathBuf>,
     #[command(flatten)]
-    train: TrainArgs,
+    train: TrainFlags,
 }
 
 #[derive(clap::Args)]
 struct IrisArgs {
     #[command(flatten)]
-    train: TrainArgs,
+    train: TrainFlags,
 }
 
-/// Training flags shared by `mnist` and `iris`; unset ones take the data set's defaults
-/// (MNIST: 128, 10 epochs, batch 128, lr 0.05; Iris: 5, 100 epochs, batch 16, lr 0.05).
+/// Training flags shared by `mnist` and `iris`. The defaults of those that differ by data set
+/// come from its [`TrainDefaults`], which [`command`] gives each subcommand.
 #[derive(clap::Args)]
-struct TrainArgs {
+struct TrainFlags {
     /// Hidden layer widths, comma-separated.
     #[arg(long, value_delimiter = ',')]
     hidden: Vec<usize>,
+    /// Passes over the training set (0: only evaluate the weights of --load).
     #[arg(long)]
     epochs: Option<usize>,
+    /// Examples per step.
     #[arg(long)]
     batch: Option<usize>,
+    /// Learning rate of SGD.
     #[arg(long)]
     lr: Option<f32>,
+    /// Momentum of SGD.
     #[arg(long, default_value_t = 0.9)]
     momentum: f32,
+    /// Initialisation of the weights.
     #[arg(long, value_enum, default_value = "kaiming")]
     init: host::mlp::model::Init,
     /// Seed of the initial weights, the shuffles and (Iris) the split.
@@ -136,7 +146,7 @@ struct TrainArgs {
     print_every: Option<usize>,
 }
 
-/// Defaults of one data set for the flags left unset.
+/// Defaults of one data set for its training flags.
 struct TrainDefaults {
     hidden: usize,
     epochs: usize,
@@ -195,25 +205,6 @@ fn parse_accum(s: &str) -> Result<Accum, String> {
     }
 }
 
-fn parse_size(s: &str) -> Result<(String, usize, usize, usize, Layout, bool)> {
-    if let Some(shape) = gemm_bench::default_shapes().into_iter().find(|d| d.0 == s) {
-        return Ok(shape);
-    }
-    let d: Vec<usize> = s
-        .split('x')
-        .map(|x| x.trim().parse())
-        .collect::<Result<_, _>>()
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "size {s:?} is not MxNxK nor a default shape's name (see `host gemm --help`)"
-            )
-        })?;
-    match d[..] {
-        [m, n, k] if m > 0 && n > 0 && k > 0 => Ok((s.to_string(), m, n, k, Layout::NN, false)),
-        _ => bail!("size {s:?} is not MxNxK with positive dimensions, nor a default shape's name"),
-    }
-}
-
 fn info(gpu: &Gpu) -> Result<()> {
     let (free, total) = gpu.mem_info()?;
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
@@ -254,7 +245,7 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
     } else {
         a.sizes
             .iter()
-            .map(|s| parse_size(s))
+            .map(|s| Shape::parse(s))
             .collect::<Result<_>>()?
     };
     println!(
@@ -420,7 +411,7 @@ fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
     Ok(())
 }
 
-fn train_options(a: &TrainArgs, d: &TrainDefaults) -> Result<host::mlp::Options> {
+fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options> {
     Ok(host::mlp::Options {
         hidden: if a.hidden.is_empty() {
             vec![d.hidden]
@@ -449,6 +440,25 @@ fn train_options(a: &TrainArgs, d: &TrainDefaults) -> Result<host::mlp::Options>
     })
 }
 
+/// The command line: the derived one, with each data set's training defaults set (and so shown
+/// in its help) on its subcommand.
+fn command() -> clap::Command {
+    Cli::command()
+        .mut_subcommand("mnist", |c| with_defaults(c, &MNIST_DEFAULTS))
+        .mut_subcommand("iris", |c| with_defaults(c, &IRIS_DEFAULTS))
+}
+
+fn with_defaults(c: clap::Command, d: &TrainDefaults) -> clap::Command {
+    let set = |c: clap::Command, name: &'static str, value: String| {
+        c.mut_arg(name, |a| a.default_value(value))
+    };
+    let c = set(c, "hidden", d.hidden.to_string());
+    let c = set(c, "epochs", d.epochs.to_string());
+    let c = set(c, "batch", d.batch.to_string());
+    let c = set(c, "lr", d.lr.to_string());
+    set(c, "print_every", d.print_every.to_string())
+}
+
 fn main() -> ExitCode {
     // Output piped into `head` and the like ends quietly, as in other command-line tools, rather
     // than with Rust's panic on a broken pipe.
@@ -456,11 +466,108 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match run(Cli::parse()) {
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The help of `host <args>`, as clap prints it.
+    fn help(args: &[&str]) -> String {
+        let Err(err) = command().try_get_matches_from(args) else {
+            panic!("--help stops parsing")
+        };
+        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
+        err.to_string()
+    }
+
+    #[test]
+    fn mnist_and_iris_help_show_their_own_training_defaults() {
+        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
+            let text = help(&["host", name, "--help"]);
+            // Each flag's entry: its line and those after it, up to the next flag's.
+            let entry = |flag: &str| {
+                let mut lines = text
+                    .lines()
+                    .skip_while(|l| !l.trim_start().starts_with(flag));
+                let first = lines.next().unwrap_or_default();
+                let rest = lines.take_while(|l| !l.trim_start().starts_with('-'));
+                std::iter::once(first)
+                    .chain(rest)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            for (flag, value) in [
+                ("--hidden", d.hidden.to_string()),
+                ("--epochs", d.epochs.to_string()),
+                ("--batch", d.batch.to_string()),
+                ("--lr", d.lr.to_string()),
+                ("--print-every", d.print_every.to_string()),
+            ] {
+                let entry = entry(&format!("{flag} "));
+                assert!(
+                    entry.contains(&format!("[default: {value}]")),
+                    "{name} {flag}: {entry:?} in\n{text}"
+                );
+            }
+        }
+        assert_ne!(MNIST_DEFAULTS.epochs, IRIS_DEFAULTS.epochs);
+    }
+
+    #[test]
+    fn every_argument_of_every_subcommand_has_help() {
+        let c = command();
+        let global = c.get_arguments().map(|a| (String::from("host"), a));
+        let subs = c
+            .get_subcommands()
+            .flat_map(|s| s.get_arguments().map(|a| (s.get_name().to_string(), a)));
+        for (cmd, arg) in global.chain(subs) {
+            let text = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(
+                !text.trim().is_empty(),
+                "{cmd} --{} has no help",
+                arg.get_id()
+            );
+        }
+        for name in ["info", "gemm", "regression", "mnist", "iris"] {
+            assert!(c.find_subcommand(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn unset_training_flags_take_the_data_sets_defaults() {
+        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
+            let m = command().try_get_matches_from(["host", name]).unwrap();
+            let o = match Cli::from_arg_matches(&m).unwrap().command {
+                Command::Mnist(a) => train_options(&a.train, d).unwrap(),
+                Command::Iris(a) => train_options(&a.train, d).unwrap(),
+                _ => unreachable!(),
+            };
+            assert_eq!(
+                (o.hidden, o.epochs, o.batch, o.lr, o.print_every),
+                (vec![d.hidden], d.epochs, d.batch, d.lr, d.print_every),
+                "{name}"
+            );
+        }
+        let m = command()
+            .try_get_matches_from(["host", "iris", "--epochs", "7"])
+            .unwrap();
+        let Command::Iris(a) = Cli::from_arg_matches(&m).unwrap().command else {
+            unreachable!()
+        };
+        assert_eq!(train_options(&a.train, &IRIS_DEFAULTS).unwrap().epochs, 7);
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        command().debug_assert();
     }
 }

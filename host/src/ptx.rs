@@ -65,7 +65,8 @@ mod tests {
         assert!(!EMBEDDED.is_empty());
         for p in EMBEDDED {
             let names = kernels(p.source);
-            for k in ["vec_add", "block_sum", "mma_tile", "gemm_naive_nn"] {
+            use crate::kernels::{BLOCK_SUM, MMA_TILE, VEC_ADD};
+            for k in [VEC_ADD, BLOCK_SUM, MMA_TILE] {
                 assert!(names.contains(&k), "{} lacks {k}", p.arch);
             }
             assert!(p.source.contains(&format!(".target {}", p.arch)));

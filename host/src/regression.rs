@@ -1,6 +1,7 @@
 //! `host regression`: the seed study's linear regression, `y = w·x + b` by full-batch gradient
 //! descent on MSE, in four variants that compute identical results at different speeds.
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg};
+use crate::kernels;
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
@@ -157,7 +158,7 @@ impl<'g> Regression<'g> {
         fits(n, need, gpu.mem_info()?.0)?;
         let mut arena = Arena::new(gpu, need)?;
         let (x, y, pred, resid, partials, sums, params, history, epoch) = carve(&mut arena)?;
-        let f = gpu.function("regression_generate")?;
+        let f = gpu.function(kernels::REGRESSION_GENERATE)?;
         let (n32, seed) = (n as u32, o.seed);
         let mut l = gpu.stream.launch_builder(&f);
         l.arg(&x.ptr)
@@ -201,7 +202,7 @@ impl<'g> Regression<'g> {
         let s = &self.gpu.stream;
         let n = self.n_train as u32;
         let grid = crate::cuda::grid_1d(self.n_train, THREADS);
-        let f = self.f("regression_forward")?;
+        let f = self.f(kernels::REGRESSION_FORWARD)?;
         let mut l = s.launch_builder(&f);
         l.arg(&self.x.ptr)
             .arg(&self.pred.ptr)
@@ -209,7 +210,7 @@ impl<'g> Regression<'g> {
             .arg(&self.params.ptr);
         unsafe { l.launch(grid) }?;
         mark("forward")?;
-        let f = self.f("regression_residual")?;
+        let f = self.f(kernels::REGRESSION_RESIDUAL)?;
         let mut l = s.launch_builder(&f);
         l.arg(&self.pred.ptr)
             .arg(&self.y.ptr)
@@ -217,7 +218,7 @@ impl<'g> Regression<'g> {
             .arg(&n);
         unsafe { l.launch(grid) }?;
         mark("loss")?;
-        let f = self.f("regression_grad_partials")?;
+        let f = self.f(kernels::REGRESSION_GRAD_PARTIALS)?;
         let mut l = s.launch_builder(&f);
         l.arg(&self.resid.ptr)
             .arg(&self.x.ptr)
@@ -226,7 +227,7 @@ impl<'g> Regression<'g> {
         unsafe { l.launch(block_cfg(self.blocks, true)) }?;
         self.reduce_into_sums()?;
         mark("backward")?;
-        let f = self.f("regression_update")?;
+        let f = self.f(kernels::REGRESSION_UPDATE)?;
         let mut l = s.launch_builder(&f);
         l.arg(&self.sums.ptr)
             .arg(&n)
@@ -239,7 +240,7 @@ impl<'g> Regression<'g> {
     }
 
     fn reduce_into_sums(&self) -> Result<()> {
-        let f = self.f("regression_reduce")?;
+        let f = self.f(kernels::REGRESSION_REDUCE)?;
         let blocks = self.blocks as u32;
         let mut l = self.gpu.stream.launch_builder(&f);
         l.arg(&self.partials.ptr).arg(&blocks).arg(&self.sums.ptr);
@@ -257,7 +258,7 @@ impl<'g> Regression<'g> {
         first: usize,
         count: usize,
     ) -> Result<()> {
-        let f = self.f("regression_fused")?;
+        let f = self.f(kernels::REGRESSION_FUSED)?;
         let (n32, first32, total) = (n as u32, first as u32, self.blocks as u32);
         let (x, y) = (self.x.at(off), self.y.at(off));
         let mut l = stream.launch_builder(&f);
@@ -273,7 +274,7 @@ impl<'g> Regression<'g> {
     }
 
     fn reduce_update(&self) -> Result<()> {
-        let f = self.f("regression_reduce_update")?;
+        let f = self.f(kernels::REGRESSION_REDUCE_UPDATE)?;
         let (blocks, n) = (self.blocks as u32, self.n_train as u32);
         let mut l = self.gpu.stream.launch_builder(&f);
         l.arg(&self.partials.ptr)

@@ -230,7 +230,7 @@ fn roof_kernels_count_every_product() {
     for (name, k, _) in kernels {
         gemm::launch_roof(
             &g,
-            &name,
+            name,
             (blocks, threads),
             f16::ONE,
             iters,

@@ -5,7 +5,7 @@ use gpu::persistent::{label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, PushKernelArg, dptr};
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
-use host::mlp::persistent::{self, Persistent};
+use host::mlp::persistent::{self, Persistent, Support};
 use host::mlp::{Dataset, Options, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -48,15 +48,8 @@ fn one_step_gradients_match_cpu_reference() {
             let (loss, correct) = (g.zeros::<f32>(1).unwrap(), g.zeros::<f32>(1).unwrap());
             let s = &g.stream;
             m.forward(dptr(&dx, s), rows).unwrap();
-            m.loss(
-                dptr(&dy, s),
-                rows,
-                true,
-                dptr(&loss, s),
-                dptr(&correct, s),
-                0,
-            )
-            .unwrap();
+            let sums = (dptr(&loss, s), dptr(&correct, s));
+            m.loss(dptr(&dy, s), rows, true, sums, 0).unwrap();
             m.backward(dptr(&dx, s), rows).unwrap();
             let got: Vec<f32> = g
                 .download_buf(m.g16)
@@ -102,7 +95,7 @@ fn one_step_gradients_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_shuffle_matches_cpu() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let f = g.function("mlp1_persistent_shuffle").unwrap();
+    let f = g.function(host::kernels::PERSISTENT_SHUFFLE).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     for (n, dim, count, seed) in [(1000usize, 784usize, 996usize, 5u32), (37, 48, 30, 6)] {
         let x: Vec<u16> = (0..n * dim).map(|_| rng.random()).collect();
@@ -174,8 +167,8 @@ fn persistent_steps_match_cpu_reference() {
         for acc in [Accum::F16, Accum::F32] {
             for batch in [100usize, 8] {
                 assert_eq!(
-                    persistent::unsupported(&g, &sizes, batch, steps, acc).unwrap(),
-                    None
+                    persistent::support(&g, &sizes, batch, steps, acc).unwrap(),
+                    Support::Yes
                 );
                 let carve = |arena: &mut Arena| {
                     let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
@@ -284,9 +277,10 @@ fn persistent_steps_match_cpu_reference() {
         (vec![48, 24, 10], 129),
     ] {
         assert!(
-            persistent::unsupported(&g, &sizes, batch, 4, Accum::F16)
-                .unwrap()
-                .is_some(),
+            matches!(
+                persistent::support(&g, &sizes, batch, 4, Accum::F16).unwrap(),
+                Support::No(_)
+            ),
             "{sizes:?} batch {batch}"
         );
     }
@@ -313,7 +307,7 @@ fn persistent_later_epochs_take_the_layered_batches() {
         &ds,
     )
     .unwrap();
-    let fused = train(
+    let persistent = train(
         &g,
         &Options {
             epochs,
@@ -323,7 +317,7 @@ fn persistent_later_epochs_take_the_layered_batches() {
     )
     .unwrap();
     for e in 0..epochs {
-        let (a, b) = (&layered[e].step_losses, &fused[e].step_losses);
+        let (a, b) = (&layered[e].step_losses, &persistent[e].step_losses);
         assert_eq!(a.len(), b.len());
         let mean_gap = |shift: usize| {
             let n = a.len() - shift;
@@ -357,8 +351,8 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
         &ds,
     )
     .unwrap();
-    let fused = train(&g, &options(), &ds).unwrap();
-    for (name, run) in [("layered", &graph), ("persistent", &fused)] {
+    let persistent = train(&g, &options(), &ds).unwrap();
+    for (name, run) in [("layered", &graph), ("persistent", &persistent)] {
         let acc = run[0].test_accuracy;
         assert!(
             acc > 0.93,
@@ -372,7 +366,7 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
         "graph replay and eager launches must compute the same steps"
     );
     // Same batches, same init: the two paths differ only in rounding.
-    let (a, b) = (graph[0].train_loss, fused[0].train_loss);
+    let (a, b) = (graph[0].train_loss, persistent[0].train_loss);
     assert!(
         (a - b).abs() < 0.05 * a,
         "mean train loss of the epoch: layered {a}, persistent {b}"

@@ -2,6 +2,7 @@
 use cudarc::driver::LaunchConfig;
 use half::f16;
 use host::cuda::{Gpu, PushKernelArg, grid_1d};
+use host::kernels;
 
 fn gpu() -> Gpu {
     Gpu::new(0).expect("these tests need a CUDA GPU")
@@ -16,7 +17,7 @@ fn vec_add_matches_cpu() {
         let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32 - 3.0).collect();
         let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
         let mut dc = g.upload(&vec![f32::NAN; n]).unwrap();
-        let f = g.function("vec_add").unwrap();
+        let f = g.function(kernels::VEC_ADD).unwrap();
         let n32 = n as u32;
         let mut l = g.stream.launch_builder(&f);
         l.arg(&da).arg(&db).arg(&mut dc).arg(&n32);
@@ -37,7 +38,7 @@ fn block_sum_matches_cpu() {
         let blocks = 64u32;
         let dx = g.upload(&x).unwrap();
         let mut dp = g.zeros::<f32>(blocks as usize).unwrap();
-        let f = g.function("block_sum").unwrap();
+        let f = g.function(kernels::BLOCK_SUM).unwrap();
         let n32 = n as u32;
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),
@@ -78,7 +79,7 @@ fn one_tensor_core_tile_matches_cpu() {
         .collect();
     let (da, db) = (g.upload(&a).unwrap(), g.upload(&b).unwrap());
     let mut dd = g.upload(&vec![f32::NAN; 16 * 8]).unwrap();
-    let f = g.function("mma_tile").unwrap();
+    let f = g.function(kernels::MMA_TILE).unwrap();
     let mut l = g.stream.launch_builder(&f);
     l.arg(&da).arg(&db).arg(&mut dd);
     let cfg = LaunchConfig {

@@ -2,6 +2,7 @@
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, Version};
+use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
@@ -190,7 +191,7 @@ impl<'g> Mlp<'g> {
         );
         self.gpu.upload_to(self.w32, params)?;
         self.gpu.zero(self.vel)?;
-        let f = self.gpu.function("f32_to_f16")?;
+        let f = self.gpu.function(kernels::F32_TO_F16)?;
         let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
         b.arg(&self.w32.ptr).arg(&self.w16.ptr).arg(&n);
@@ -289,7 +290,7 @@ impl<'g> Mlp<'g> {
                 self.g16(self.offsets[l].0),
                 0,
             )?;
-            let f = self.gpu.function("bias_grad")?;
+            let f = self.gpu.function(kernels::BIAS_GRAD)?;
             let (r, c, db) = (rows as u32, o as u32, self.g16(self.offsets[l].1));
             let mut b = s.launch_builder(&f);
             b.arg(&d).arg(&r).arg(&c).arg(&db);
@@ -299,7 +300,7 @@ impl<'g> Mlp<'g> {
                 let p = Problem::new(rows, i, o, Layout::NN);
                 let dprev = self.grads[l - 1].ptr;
                 self.gemm(2, l, rows, p, d, self.p16(self.offsets[l].0), dprev, 0)?;
-                let f = self.gpu.function("relu_backward")?;
+                let f = self.gpu.function(kernels::RELU_BACKWARD)?;
                 let (n, h) = ((rows * i) as u32, self.acts[l - 1].ptr);
                 let mut b = s.launch_builder(&f);
                 b.arg(&dprev).arg(&h).arg(&n);
@@ -311,55 +312,44 @@ impl<'g> Mlp<'g> {
 
     /// One SGD step over every parameter, in one launch.
     pub fn update(&self, lr: f32, momentum: f32) -> Result<()> {
-        let f = self.gpu.function("sgd_update")?;
+        let f = self.gpu.function(kernels::SGD_UPDATE)?;
         let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
+        // Master weights, their fp16 copy, the gradients and the momentum, all `n` long.
         b.arg(&self.w32.ptr)
             .arg(&self.w16.ptr)
             .arg(&self.g16.ptr)
-            .arg(&self.vel.ptr)
-            .arg(&n)
-            .arg(&lr)
-            .arg(&momentum);
+            .arg(&self.vel.ptr);
+        b.arg(&n).arg(&lr).arg(&momentum);
         unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
         Ok(())
     }
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss
-    /// and correct count into slot `*step` (or 0) of `loss`/`correct`, and the logits gradient
-    /// (scaled by 1/rows) when `backward`.
+    /// and correct count into slot `*step` (or 0 where `step` is 0) of `sums` (loss, correct),
+    /// and the logits gradient (scaled by 1/rows) when `backward`.
     pub fn loss(
         &self,
         labels: u64,
         rows: usize,
         backward: bool,
-        loss: u64,
-        correct: u64,
+        (loss, correct): (u64, u64),
         step: u64,
     ) -> Result<()> {
         let classes = *self.sizes.last().unwrap() as u32;
-        let f = self.gpu.function("softmax_ce")?;
-        let (logits, r) = (self.logits(), rows as u32);
-        let dl = if backward { self.dlogits() } else { 0 };
-        let scale = 1.0 / rows as f32;
-        let mut b = self.gpu.stream.launch_builder(&f);
-        b.arg(&logits)
-            .arg(&classes)
-            .arg(&labels)
-            .arg(&r)
-            .arg(&classes)
-            .arg(&dl)
-            .arg(&scale)
-            .arg(&loss)
-            .arg(&correct)
-            .arg(&step);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 32 * 4,
-        };
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        SoftmaxCe {
+            logits: self.logits(),
+            ld: classes,
+            labels,
+            rows: rows as u32,
+            classes,
+            dlogits: if backward { self.dlogits() } else { 0 },
+            scale: 1.0 / rows as f32,
+            loss,
+            correct,
+            step,
+        }
+        .launch(self.gpu)
     }
 
     pub fn accum(&self) -> Accum {
@@ -369,5 +359,43 @@ impl<'g> Mlp<'g> {
     /// The fp32 master weights, in the flat layout.
     pub fn params(&self) -> Result<Vec<f32>> {
         self.gpu.download_buf(self.w32)
+    }
+}
+
+/// The parameters of `softmax_ce`, named, in the kernel's order: `rows` rows of `classes`
+/// logits (row stride `ld`) against `labels`; the gradient into `dlogits` (0: none), scaled;
+/// the mean loss and correct count into slot `*step` of `loss`/`correct` (slot 0 where `step`
+/// is 0).
+struct SoftmaxCe {
+    logits: u64,
+    ld: u32,
+    labels: u64,
+    rows: u32,
+    classes: u32,
+    dlogits: u64,
+    scale: f32,
+    loss: u64,
+    correct: u64,
+    step: u64,
+}
+
+impl SoftmaxCe {
+    /// One block of 1024 threads, a row at a time.
+    fn launch(&self, gpu: &Gpu) -> Result<()> {
+        let f = gpu.function(kernels::SOFTMAX_CE)?;
+        let mut b = gpu.stream.launch_builder(&f);
+        b.arg(&self.logits).arg(&self.ld).arg(&self.labels);
+        b.arg(&self.rows).arg(&self.classes).arg(&self.dlogits);
+        b.arg(&self.scale).arg(&self.loss).arg(&self.correct);
+        b.arg(&self.step);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 32 * 4,
+        };
+        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
+        // caller's buffers outlive the queued work.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
     }
 }

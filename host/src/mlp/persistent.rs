@@ -3,13 +3,15 @@
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, arg, attribute};
+use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
+use gpu::persistent::Params;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Params, Smem, THREADS, UNITS,
-    clustered, logits_slot, row_stride,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS, clustered,
+    logits_slot, row_stride,
 };
 use std::sync::Arc;
 
@@ -51,17 +53,24 @@ impl Drop for Persistent {
     }
 }
 
-/// Why the persistent kernel (with accumulator `acc`) cannot train layers `sizes` with this
-/// batch and epochs of `steps` steps on this GPU; `None` when it can.
-pub fn unsupported(
+/// Whether the persistent kernel can train a run, and if not, why.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Support {
+    Yes,
+    No(String),
+}
+
+/// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
+/// batch and epochs of `steps` steps on this GPU.
+pub fn support(
     gpu: &Gpu,
     sizes: &[usize],
     batch: usize,
     steps: usize,
     acc: Accum,
-) -> Result<Option<String>> {
+) -> Result<Support> {
     if sizes.len() != 3 {
-        return Ok(Some(format!(
+        return Ok(Support::No(format!(
             "it trains one hidden layer, this model has {}",
             sizes.len() - 2
         )));
@@ -87,30 +96,40 @@ pub fn unsupported(
             shuffled >> 20
         )
     } else {
-        let bytes = Smem::new(batch, dim).bytes;
-        let max = gpu.max_smem_optin()?;
-        if bytes > max {
-            format!(
-                "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
-            )
-        } else {
-            let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
-            let blocks = PARTS * hidden / UNITS;
-            if blocks > resident {
-                format!(
-                    "{blocks} blocks ({PARTS} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
-                )
-            } else {
-                return Ok(None);
-            }
-        }
+        return resource_support(gpu, batch, dim, hidden, acc);
     };
-    Ok(Some(why))
+    Ok(Support::No(why))
+}
+
+/// Whether this GPU has the shared memory a block needs and holds every block at once.
+fn resource_support(
+    gpu: &Gpu,
+    batch: usize,
+    dim: usize,
+    hidden: usize,
+    acc: Accum,
+) -> Result<Support> {
+    let bytes = Smem::new(batch, dim).bytes;
+    let max = gpu.max_smem_optin()?;
+    if bytes > max {
+        return Ok(Support::No(format!(
+            "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
+        )));
+    }
+    let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
+    let blocks = PARTS * hidden / UNITS;
+    Ok(if blocks > resident {
+        Support::No(format!(
+            "{blocks} blocks ({PARTS} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
+        ))
+    } else {
+        Support::Yes
+    })
 }
 
 /// The kernel for accumulator `acc`, allowed `smem` bytes of dynamic shared memory.
 fn function(gpu: &Gpu, acc: Accum, smem: usize) -> Result<CudaFunction> {
-    let f = gpu.function(&format!("mlp1_persistent_{}", acc.suffix()))?;
+    let f = gpu.function(kernels::persistent(acc))?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
@@ -154,7 +173,7 @@ fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Resu
 
 impl Persistent {
     /// Carves the kernel's buffers from `arena`, for epochs of `steps` steps; check
-    /// [`unsupported`] first.
+    /// [`support`] first.
     pub fn new(
         gpu: &Gpu,
         arena: &mut Arena,
@@ -184,7 +203,7 @@ impl Persistent {
         };
         Ok(Persistent {
             f,
-            shuffle: gpu.function("mlp1_persistent_shuffle")?,
+            shuffle: gpu.function(kernels::PERSISTENT_SHUFFLE)?,
             blocks: blocks as u32,
             cluster,
             batch: batch as u32,
@@ -211,9 +230,8 @@ impl Persistent {
     /// its own, after what the GPU's stream has queued so far (the launches that read the
     /// buffer, the uploads of the set): a training launch queued next runs beside it. The
     /// shuffle ahead is held to a quarter of the SMs because it shares the memory system with
-    /// that launch: MNIST on an H100, over the 100 SMs the launch leaves idle it slowed the
-    /// epoch by 0.23 ms, over 8 to 32 blocks by nothing measurable; 4 blocks took longer than
-    /// the epoch (2026-11-23, `docs/persistent.md`).
+    /// that launch: spread over every SM the launch leaves idle it slows the epoch, while a
+    /// grid too small outlasts the epoch (`docs/persistent.md` has the measurements).
     /// [`Persistent::run`] waits for the shuffle of its buffer either way. Refuses a set of
     /// fewer examples than an epoch's rows: the permutation is of the whole set.
     pub fn shuffle(
@@ -366,12 +384,12 @@ mod tests {
     /// Each embedded persistent kernel takes exactly one parameter, a block of
     /// `size_of::<Params>()` bytes aligned as the struct: host and kernel agree on the ABI.
     #[test]
-    fn kernel_parameter_is_train_args() {
+    fn kernel_parameter_is_one_params_block() {
         let ptxs: Vec<_> = crate::ptx::EMBEDDED.iter().filter(|p| p.sm >= 80).collect();
         assert!(!ptxs.is_empty(), "no sm_80+ PTX embedded");
         for p in ptxs {
-            for acc in ["f16", "f32"] {
-                let name = format!("mlp1_persistent_{acc}");
+            for acc in [Accum::F16, Accum::F32] {
+                let name = kernels::persistent(acc);
                 let entry = format!(".entry {name}(");
                 let at = p
                     .source

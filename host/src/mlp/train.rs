@@ -1,15 +1,18 @@
 //! The training loop: an MLP trained with the Rust kernels, every buffer carved from one arena
 //! before the first step, and each step replayed from a CUDA graph.
 use super::model::{self, Init, Mlp};
-use super::persistent::{self, Persistent};
+use super::persistent::{self, Persistent, Support};
 use super::{Dataset, Features, checkpoint};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::Version;
-use anyhow::{Context, Result, bail, ensure};
+use crate::kernels;
+use anyhow::{Context, Result, anyhow, ensure};
+use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::Accum;
 use half::f16;
-use std::path::PathBuf;
+use indicatif::ProgressBar;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 pub struct Options {
@@ -22,7 +25,8 @@ pub struct Options {
     pub seed: u64,
     pub accum: Accum,
     pub graph: bool,
-    /// Run each step as separate kernels even where the persistent kernel applies.
+    /// Train with the layered engine (a kernel per operation) even where the persistent kernel
+    /// applies.
     pub layered: bool,
     pub config: Option<Version>,
     pub metrics: Option<PathBuf>,
@@ -93,7 +97,7 @@ fn upload_features(gpu: &Gpu, features: &Features, dst: Buf<f16>) -> Result<()> 
     match features {
         Features::Pixels { data, mean, std } => {
             let raw = gpu.upload(data)?;
-            let f = gpu.function("normalize_u8")?;
+            let f = gpu.function(kernels::NORMALIZE_U8)?;
             let (n, inv) = (data.len() as u32, 1.0 / std);
             let mut b = gpu.stream.launch_builder(&f);
             b.arg(&raw).arg(&dst.ptr).arg(&n).arg(mean).arg(&inv);
@@ -156,298 +160,329 @@ fn parameter_count(sizes: &[usize]) -> Option<usize> {
     })
 }
 
+/// Trains an MLP on `ds` as `o` asks, returning each epoch's results (one evaluation with
+/// `--epochs 0`).
 pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
-    validate(o)?;
-    ensure!(
-        o.batch <= ds.train.count,
-        "--batch {} is larger than the training set ({} examples)",
-        o.batch,
-        ds.train.count
-    );
-    let mut sizes = vec![ds.train.dim];
-    sizes.extend(&o.hidden);
-    sizes.push(ds.classes);
-    // Before any host buffer that size: the parameters alone (fp32 value and momentum, fp16
-    // copy and gradient, 12 bytes each) must fit the GPU.
-    let total = gpu.mem_info()?.1;
-    let count = parameter_count(&sizes);
-    ensure!(
-        count.is_some_and(|c| c.saturating_mul(12) <= total),
-        "layers {sizes:?} have {} parameters, which at 12 bytes each do not fit the GPU's {} MiB",
-        count.map_or("too many".into(), |c| c.to_string()),
-        total >> 20
-    );
-    let params = match &o.load {
-        Some(p) => checkpoint::load(p, &sizes)?,
-        None => model::init_params(&sizes, o.init, o.seed),
-    };
-    let steps = ds.train.count / o.batch; // the last partial batch is dropped
-    // The persistent kernel trains whatever it supports, unless the run asks for the layered
-    // path (or for what only it has: a forced GEMM configuration, eager launches).
-    let opted_out = o.layered || o.config.is_some() || !o.graph;
-    let not_applicable = if opted_out {
-        None
-    } else {
-        persistent::unsupported(gpu, &sizes, o.batch, steps, o.accum)?
-    };
-    let use_persistent = !opted_out && not_applicable.is_none();
-    let eval_rows = ds.test.count.min(8192);
-    let eval_chunks = ds.test.count.div_ceil(eval_rows);
+    Trainer::new(gpu, o, ds)?.run()
+}
 
-    // Everything the run touches comes from one arena, sized by carving it once without memory.
-    let carve_all = |arena: &mut Arena| -> Result<(Buffers, Mlp, Option<Persistent>)> {
-        let b = Buffers {
-            x_train: arena.alloc(ds.train.features.len())?,
-            y_train: arena.alloc(ds.train.count)?,
-            x_test: arena.alloc(ds.test.features.len())?,
-            y_test: arena.alloc(ds.test.count)?,
-            xb: arena.alloc(o.batch * ds.train.dim)?,
-            yb: arena.alloc(o.batch)?,
-            loss_steps: arena.alloc(steps)?,
-            correct_steps: arena.alloc(steps)?,
-            eval_loss: arena.alloc(eval_chunks)?,
-            eval_correct: arena.alloc(eval_chunks)?,
-            step: arena.alloc(1)?,
-            seed: arena.alloc(1)?,
+/// How a run trains each epoch.
+enum Engine {
+    /// One launch of the persistent kernel runs the whole epoch.
+    Persistent(Box<Persistent>),
+    /// One kernel per operation of each step.
+    Layered(Layered),
+}
+
+struct Layered {
+    /// Why the persistent kernel does not train this run; `None` where the run asked for the
+    /// layered engine.
+    why_not_persistent: Option<String>,
+    /// The captured step, replayed once per step; `None` for eager launches.
+    graph: Option<CudaGraph>,
+}
+
+/// The engine a run asks for and the GPU allows, decided before anything is carved.
+enum Choice {
+    Persistent,
+    /// With why the persistent kernel does not apply, where the run did not ask for this.
+    Layered(Option<String>),
+}
+
+impl Choice {
+    /// The persistent kernel trains whatever it supports, unless the run asks for the layered
+    /// engine (or for what only it has: a forced GEMM configuration, eager launches).
+    fn new(gpu: &Gpu, o: &Options, sizes: &[usize], steps: usize) -> Result<Choice> {
+        if o.layered || o.config.is_some() || !o.graph {
+            return Ok(Choice::Layered(None));
+        }
+        Ok(
+            match persistent::support(gpu, sizes, o.batch, steps, o.accum)? {
+                Support::Yes => Choice::Persistent,
+                Support::No(why) => Choice::Layered(Some(why)),
+            },
+        )
+    }
+}
+
+/// One training run: its GPU, options and data, and everything carved for it from one arena.
+struct Trainer<'a> {
+    gpu: &'a Gpu,
+    o: &'a Options,
+    ds: &'a Dataset,
+    /// Layer widths, input first.
+    sizes: Vec<usize>,
+    /// The parameters training starts from.
+    params: Vec<f32>,
+    /// Steps of an epoch: the last partial batch is dropped.
+    steps: usize,
+    /// Test rows of one evaluation forward pass, and the passes that cover the test set.
+    eval_rows: usize,
+    eval_chunks: usize,
+    // Dropped in this order: the engine (whose drop waits for a shuffle ahead) before the arena
+    // its buffers come from.
+    engine: Engine,
+    model: Mlp<'a>,
+    b: Buffers,
+    _arena: Arena,
+}
+
+impl<'a> Trainer<'a> {
+    /// Checks the run, chooses its engine, carves and fills its arena.
+    fn new(gpu: &'a Gpu, o: &'a Options, ds: &'a Dataset) -> Result<Trainer<'a>> {
+        validate(o)?;
+        ensure!(
+            o.batch <= ds.train.count,
+            "--batch {} is larger than the training set ({} examples)",
+            o.batch,
+            ds.train.count
+        );
+        let mut sizes = vec![ds.train.dim];
+        sizes.extend(&o.hidden);
+        sizes.push(ds.classes);
+        ensure_parameters_fit(gpu, &sizes)?;
+        let params = match &o.load {
+            Some(p) => checkpoint::load(p, &sizes)?,
+            None => model::init_params(&sizes, o.init, o.seed),
         };
-        let model = Mlp::new(gpu, arena, &sizes, o.batch, eval_rows, o.accum, o.config)?;
-        let p = use_persistent
-            .then(|| Persistent::new(gpu, arena, &sizes, o.batch, o.accum, steps))
-            .transpose()?;
-        Ok((b, model, p))
-    };
-    let mut measure = Arena::measuring();
-    carve_all(&mut measure)?;
-    let (free_before, _) = gpu.mem_info()?;
-    let mut arena = Arena::new(gpu, measure.used())?;
-    let (b, model, fused) = carve_all(&mut arena)?;
-    let (free_after, _) = gpu.mem_info()?;
-    upload_features(gpu, &ds.train.features, b.x_train)?;
-    gpu.upload_to(b.y_train, &ds.train.labels)?;
-    upload_features(gpu, &ds.test.features, b.x_test)?;
-    gpu.upload_to(b.y_test, &ds.test.labels)?;
-    model.set_params(&params)?;
-    let s = &gpu.stream;
+        let steps = ds.train.count / o.batch;
+        let choice = Choice::new(gpu, o, &sizes, steps)?;
+        let eval_rows = ds.test.count.min(8192);
+        let eval_chunks = ds.test.count.div_ceil(eval_rows);
+        let footprint = Footprint {
+            sizes: &sizes,
+            steps,
+            eval_rows,
+            eval_chunks,
+        };
+        let carve = |arena: &mut Arena| carve(gpu, o, ds, &footprint, &choice, arena);
+        // Everything the run touches comes from one arena, sized by carving it once without
+        // memory.
+        let mut measure = Arena::measuring();
+        carve(&mut measure)?;
+        let (free_before, _) = gpu.mem_info()?;
+        let mut arena = Arena::new(gpu, measure.used())?;
+        let (b, model, engine) = carve(&mut arena)?;
+        let (free_after, _) = gpu.mem_info()?;
+        let t = Trainer {
+            gpu,
+            o,
+            ds,
+            sizes,
+            params,
+            steps,
+            eval_rows,
+            eval_chunks,
+            engine,
+            model,
+            b,
+            _arena: arena,
+        };
+        t.upload()?;
+        if !o.quiet {
+            t.print_header()?;
+            println!(
+                "device memory: one arena of {:.3} MiB for the whole run (driver's free memory fell by {:.1} MiB)",
+                measure.used() as f64 / 1048576.0,
+                free_before.saturating_sub(free_after) as f64 / 1048576.0
+            );
+        }
+        Ok(t)
+    }
 
-    if !o.quiet {
+    /// The data set and the starting parameters, onto the GPU.
+    fn upload(&self) -> Result<()> {
+        let (gpu, b, ds) = (self.gpu, &self.b, self.ds);
+        upload_features(gpu, &ds.train.features, b.x_train)?;
+        gpu.upload_to(b.y_train, &ds.train.labels)?;
+        upload_features(gpu, &ds.test.features, b.x_test)?;
+        gpu.upload_to(b.y_test, &ds.test.labels)?;
+        self.model.set_params(&self.params)
+    }
+
+    fn print_header(&self) -> Result<()> {
+        let (o, ds) = (self.o, self.ds);
+        let sizes: Vec<_> = self.sizes.iter().map(|s| s.to_string()).collect();
         println!(
             "{} MLP {} on {} ({} PTX): {} train / {} test examples, batch {}, {} steps/epoch, lr {} momentum {}, init {:?}, {} accumulation, {}",
             ds.name,
-            sizes
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
-                .join("-"),
-            gpu.name()?,
-            gpu.ptx.arch,
+            sizes.join("-"),
+            self.gpu.name()?,
+            self.gpu.ptx.arch,
             ds.train.count,
             ds.test.count,
             o.batch,
-            steps,
+            self.steps,
             o.lr,
             o.momentum,
             o.init,
             o.accum.suffix(),
-            match (&fused, &not_applicable) {
-                (Some(p), _) => format!("persistent kernel ({} blocks)", p.blocks()),
-                (None, Some(why)) =>
-                    format!("CUDA graph (the persistent kernel does not apply: {why})"),
-                (None, None) if o.graph => "CUDA graph".into(),
-                (None, None) => "eager launches".into(),
-            },
+            self.engine_description(),
         );
-        println!(
-            "device memory: one arena of {:.3} MiB for the whole run (driver's free memory fell by {:.1} MiB)",
-            measure.used() as f64 / 1048576.0,
-            free_before.saturating_sub(free_after) as f64 / 1048576.0
-        );
+        Ok(())
     }
 
-    // One training step, as a sequence of launches on the stream: nothing is allocated, copied
-    // or synchronised inside it, so it can be captured as a graph.
-    let gather = gpu.function("gather_batch")?;
-    let advance = gpu.function("advance_step")?;
-    let (n_train, dim, batch) = (ds.train.count as u32, ds.train.dim as u32, o.batch as u32);
-    let step = || -> Result<()> {
-        let mut l = s.launch_builder(&gather);
-        l.arg(&b.x_train.ptr)
-            .arg(&b.y_train.ptr)
-            .arg(&n_train)
-            .arg(&dim)
-            .arg(&b.xb.ptr)
-            .arg(&b.yb.ptr);
-        l.arg(&batch).arg(&b.step.ptr).arg(&b.seed.ptr);
-        unsafe { l.launch(grid_1d(o.batch * ds.train.dim, 256)) }?;
-        model.forward(b.xb.ptr, o.batch)?;
-        model.loss(
-            b.yb.ptr,
-            o.batch,
-            true,
-            b.loss_steps.ptr,
-            b.correct_steps.ptr,
-            b.step.ptr,
-        )?;
-        model.backward(b.xb.ptr, o.batch)?;
-        model.update(o.lr, o.momentum)?;
-        let mut l = s.launch_builder(&advance);
-        l.arg(&b.step.ptr);
-        unsafe { l.launch(grid_1d(1, 32)) }?;
-        Ok(())
-    };
-
-    let evaluate = || -> Result<(f32, f32)> {
-        for c in 0..eval_chunks {
-            let start = c * eval_rows;
-            let rows = eval_rows.min(ds.test.count - start);
-            model.forward(b.x_test.at(start * ds.test.dim), rows)?;
-            model.loss(
-                b.y_test.at(start),
-                rows,
-                false,
-                b.eval_loss.at(c),
-                b.eval_correct.at(c),
-                0,
-            )?;
+    fn engine_description(&self) -> String {
+        match &self.engine {
+            Engine::Persistent(p) => format!("persistent kernel ({} blocks)", p.blocks()),
+            Engine::Layered(Layered {
+                why_not_persistent: Some(why),
+                ..
+            }) => format!("CUDA graph (the persistent kernel does not apply: {why})"),
+            Engine::Layered(_) if self.o.graph => "CUDA graph".into(),
+            Engine::Layered(_) => "eager launches".into(),
         }
-        let l = gpu.download_buf(b.eval_loss)?;
-        let c = gpu.download_buf(b.eval_correct)?;
-        let mut loss = 0.0;
-        for (k, v) in l.iter().enumerate() {
-            loss += v * (eval_rows.min(ds.test.count - k * eval_rows)) as f32;
-        }
-        Ok((
-            loss / ds.test.count as f32,
-            c.iter().sum::<f32>() / ds.test.count as f32,
-        ))
-    };
+    }
 
-    let mut results = Vec::new();
-    if o.epochs == 0 {
-        let (tl, ta) = evaluate()?;
+    /// Every epoch, or with `--epochs 0` one evaluation of the loaded weights.
+    fn run(mut self) -> Result<Vec<Epoch>> {
+        if self.o.epochs == 0 {
+            return self.evaluate_only();
+        }
+        self.capture_step()?;
+        let bar = progress_bar(self.o.quiet, self.steps);
+        let mut metrics = Metrics::new(self.steps);
+        let start = Instant::now();
+        let mut results = Vec::new();
+        for epoch in 1..=self.o.epochs {
+            results.push(self.epoch(epoch, &bar, &mut metrics, start)?);
+        }
+        if let Some(p) = &self.o.metrics {
+            metrics.write(p)?;
+        }
+        if !self.o.quiet {
+            self.print_summary(&results);
+        }
+        Ok(results)
+    }
+
+    fn evaluate_only(&self) -> Result<Vec<Epoch>> {
+        let (test_loss, test_accuracy) = self.evaluate()?;
         println!(
-            "evaluation of {}: test loss {tl:.4}, test accuracy {:.2}%",
-            o.load.as_ref().unwrap().display(),
-            100.0 * ta
+            "evaluation of {}: test loss {test_loss:.4}, test accuracy {:.2}%",
+            self.o.load.as_ref().unwrap().display(),
+            100.0 * test_accuracy
         );
-        results.push(Epoch {
+        Ok(vec![Epoch {
             epoch: 0,
             train_loss: f32::NAN,
-            test_loss: tl,
-            test_accuracy: ta,
+            test_loss,
+            test_accuracy,
             seconds: 0.0,
             step_losses: vec![],
-        });
-        return Ok(results);
+        }])
     }
 
-    // Warm-up step outside the graph (sets kernel attributes, loads modules), then undo it by
-    // restoring the initial weights, so the graph and eager runs train identically.
-    let mut graph = None;
-    if o.graph && fused.is_none() {
-        gpu.upload_to(b.seed, &[0])?;
-        gpu.upload_to(b.step, &[0])?;
-        step()?;
-        model.set_params(&params)?;
+    /// For the layered engine replaying a graph: one warm-up step outside the graph (sets
+    /// kernel attributes, loads modules), undone by restoring the initial weights so that the
+    /// graph and eager runs train identically; then the step captured.
+    fn capture_step(&mut self) -> Result<()> {
+        if !self.o.graph || !matches!(self.engine, Engine::Layered(_)) {
+            return Ok(());
+        }
+        let gpu = self.gpu;
+        gpu.upload_to(self.b.seed, &[0])?;
+        gpu.upload_to(self.b.step, &[0])?;
+        self.step()?;
+        self.model.set_params(&self.params)?;
         gpu.sync()?;
         // Global capture mode: the driver rejects any allocation, free or synchronisation made
         // while the step is captured, so a successful capture proves the step has none.
+        let s = &gpu.stream;
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
-        let captured = step();
+        let captured = self.step();
         let g = s.end_capture(CUgraphInstantiate_flags(0))?;
         captured?;
-        graph = Some(g.context("stream capture produced no graph")?);
+        let graph = Some(g.context("stream capture produced no graph")?);
+        if let Engine::Layered(l) = &mut self.engine {
+            l.graph = graph;
+        }
+        Ok(())
     }
 
-    let bar = if o.quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(steps as u64)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "epoch {prefix:>3} [{bar:30}] {pos}/{len} {per_sec} {msg}",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
-    let mut metrics = String::from("epoch,step,loss,accuracy,time_s\n");
-    // A CSV line for each of an epoch's step losses, at `t` seconds into the run.
-    let add_steps = |metrics: &mut String, epoch: usize, losses: &[f32], t: f64| {
-        for (k, l) in losses.iter().enumerate() {
-            let step = (epoch - 1) * steps + k + 1;
-            metrics.push_str(&format!("{epoch},{step},{l},,{t:.4}\n"));
+    /// One training step, as a sequence of launches on the stream: nothing is allocated, copied
+    /// or synchronised inside it, so it can be captured as a graph.
+    fn step(&self) -> Result<()> {
+        let (o, b, model) = (self.o, &self.b, &self.model);
+        self.gather()?;
+        model.forward(b.xb.ptr, o.batch)?;
+        let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
+        model.loss(b.yb.ptr, o.batch, true, sums, b.step.ptr)?;
+        model.backward(b.xb.ptr, o.batch)?;
+        model.update(o.lr, o.momentum)?;
+        let advance = self.gpu.function(kernels::ADVANCE_STEP)?;
+        let mut l = self.gpu.stream.launch_builder(&advance);
+        l.arg(&b.step.ptr);
+        unsafe { l.launch(grid_1d(1, 32)) }?;
+        Ok(())
+    }
+
+    /// Gathers the batch of step `*step` of the epoch keyed `*seed` into `xb`/`yb`.
+    fn gather(&self) -> Result<()> {
+        let (b, train) = (&self.b, &self.ds.train);
+        let (n, dim, batch) = (train.count as u32, train.dim as u32, self.o.batch as u32);
+        let f = self.gpu.function(kernels::GATHER_BATCH)?;
+        let mut l = self.gpu.stream.launch_builder(&f);
+        // The training set and its shape, the batch's buffers, where the step and key are read.
+        l.arg(&b.x_train.ptr).arg(&b.y_train.ptr).arg(&n).arg(&dim);
+        l.arg(&b.xb.ptr).arg(&b.yb.ptr).arg(&batch);
+        l.arg(&b.step.ptr).arg(&b.seed.ptr);
+        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
+        // buffers come from the run's arena, which outlives the work.
+        unsafe { l.launch(grid_1d(self.o.batch * train.dim, 256)) }?;
+        Ok(())
+    }
+
+    /// Test loss and accuracy of the current weights.
+    fn evaluate(&self) -> Result<(f32, f32)> {
+        let (b, test, rows_per) = (&self.b, &self.ds.test, self.eval_rows);
+        for c in 0..self.eval_chunks {
+            let start = c * rows_per;
+            let rows = rows_per.min(test.count - start);
+            self.model.forward(b.x_test.at(start * test.dim), rows)?;
+            let sums = (b.eval_loss.at(c), b.eval_correct.at(c));
+            self.model.loss(b.y_test.at(start), rows, false, sums, 0)?;
         }
-    };
-    let start_all = Instant::now();
-    for epoch in 1..=o.epochs {
+        let l = self.gpu.download_buf(b.eval_loss)?;
+        let c = self.gpu.download_buf(b.eval_correct)?;
+        let mut loss = 0.0;
+        for (k, v) in l.iter().enumerate() {
+            loss += v * (rows_per.min(test.count - k * rows_per)) as f32;
+        }
+        Ok((
+            loss / test.count as f32,
+            c.iter().sum::<f32>() / test.count as f32,
+        ))
+    }
+
+    /// Trains epoch `epoch` (counted from 1), evaluates it and records it.
+    fn epoch(
+        &self,
+        epoch: usize,
+        bar: &ProgressBar,
+        metrics: &mut Metrics,
+        start: Instant,
+    ) -> Result<Epoch> {
+        let (gpu, o, steps) = (self.gpu, self.o, self.steps);
         bar.reset();
         bar.set_prefix(epoch.to_string());
         let t0 = Instant::now();
-        if let Some(p) = &fused {
-            // The whole epoch in one launch (a few milliseconds: no progress to show inside),
-            // over rows shuffled before it: the first epoch's here, each next one's while the
-            // epoch before it trains, beside the launch (queued first, after the previous
-            // epoch, which read its buffer).
-            let train_set = (b.x_train.ptr, b.y_train.ptr, ds.train.count);
-            let buf = epoch % 2;
-            if epoch == 1 {
-                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
-            }
-            if epoch < o.epochs {
-                p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
-            }
-            p.run(
-                gpu,
-                &model,
-                buf,
-                (b.loss_steps.ptr, b.correct_steps.ptr),
-                (0, steps),
-                o.lr,
-                o.momentum,
-            )?;
-        } else {
-            gpu.upload_to(b.seed, &[epoch_seed(o.seed, epoch)])?;
-            gpu.upload_to(b.step, &[0])?;
-            for k in 0..steps {
-                match &graph {
-                    Some(g) => g.launch()?,
-                    None => step()?,
-                }
-                // Progress needs the GPU to have caught up; everything else stays on the device.
-                if k % 64 == 63 {
-                    gpu.sync()?;
-                    bar.set_position(k as u64 + 1);
-                }
-            }
+        match &self.engine {
+            Engine::Persistent(p) => self.persistent_epoch(p, epoch)?,
+            Engine::Layered(l) => self.layered_epoch(l.graph.as_ref(), epoch, bar)?,
         }
         gpu.sync()?;
         let seconds = t0.elapsed().as_secs_f64();
         bar.set_position(steps as u64);
-        let losses = gpu.download_buf(b.loss_steps)?;
+        let losses = gpu.download_buf(self.b.loss_steps)?;
         if let Some(bad) = losses.iter().position(|l| !l.is_finite()) {
             bar.abandon();
-            // The metrics so far, through the step that diverged.
-            if let Some(p) = &o.metrics {
-                let t = start_all.elapsed().as_secs_f64();
-                add_steps(&mut metrics, epoch, &losses[..=bad], t);
-                crate::write_atomic(p, metrics.as_bytes())?;
-            }
-            let kept = match &o.save {
-                Some(p) if epoch > 1 => {
-                    format!("; the last good checkpoint is {}", p.display())
-                }
-                Some(p) => format!("; nothing was saved to {}", p.display()),
-                None => String::new(),
-            };
-            bail!(
-                "training diverged: loss is {} at epoch {epoch}, step {bad} (try a smaller --lr){kept}",
-                losses[bad]
-            );
+            return Err(self.diverged(epoch, &losses, bad, metrics, start));
         }
         let train_loss = losses.iter().sum::<f32>() / steps as f32;
-        let (test_loss, test_accuracy) = evaluate()?;
+        let (test_loss, test_accuracy) = self.evaluate()?;
         bar.finish_and_clear();
-        if !o.quiet && (epoch % o.print_every == 0 || epoch == o.epochs) {
+        if !o.quiet && (epoch.is_multiple_of(o.print_every) || epoch == o.epochs) {
             println!(
                 "epoch {epoch:>3}  train loss {train_loss:.4}  test loss {test_loss:.4}  test accuracy {:.2}%  {:.6} s  ({:.0} samples/s)",
                 100.0 * test_accuracy,
@@ -455,25 +490,101 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
                 (steps * o.batch) as f64 / seconds
             );
         }
-        let t = start_all.elapsed().as_secs_f64();
-        add_steps(&mut metrics, epoch, &losses, t);
-        metrics += &format!("{epoch},{},,{test_accuracy},{t:.4}\n", epoch * steps);
+        let t = start.elapsed().as_secs_f64();
+        metrics.add_steps(epoch, &losses, t);
+        metrics.add_epoch(epoch, test_accuracy, t);
         if let Some(p) = &o.save {
-            checkpoint::save(p, &sizes, &model.params()?)?;
+            checkpoint::save(p, &self.sizes, &self.model.params()?)?;
         }
-        results.push(Epoch {
+        Ok(Epoch {
             epoch,
             train_loss,
             test_loss,
             test_accuracy,
             seconds,
             step_losses: losses,
-        });
+        })
     }
-    if let Some(p) = &o.metrics {
-        crate::write_atomic(p, metrics.as_bytes())?;
+
+    /// The whole epoch in one launch (a few milliseconds: no progress to show inside), over
+    /// rows shuffled before it: the first epoch's here, each next one's while the epoch before
+    /// it trains, beside the launch (queued first, after the previous epoch, which read its
+    /// buffer).
+    fn persistent_epoch(&self, p: &Persistent, epoch: usize) -> Result<()> {
+        let (gpu, o, b) = (self.gpu, self.o, &self.b);
+        let train_set = (b.x_train.ptr, b.y_train.ptr, self.ds.train.count);
+        let buf = epoch % 2;
+        if epoch == 1 {
+            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
+        }
+        if epoch < o.epochs {
+            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
+        }
+        let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
+        p.run(
+            gpu,
+            &self.model,
+            buf,
+            sums,
+            (0, self.steps),
+            o.lr,
+            o.momentum,
+        )
     }
-    if !o.quiet {
+
+    /// Every step of the epoch, replayed from `graph` or launched eagerly.
+    fn layered_epoch(
+        &self,
+        graph: Option<&CudaGraph>,
+        epoch: usize,
+        bar: &ProgressBar,
+    ) -> Result<()> {
+        let gpu = self.gpu;
+        gpu.upload_to(self.b.seed, &[epoch_seed(self.o.seed, epoch)])?;
+        gpu.upload_to(self.b.step, &[0])?;
+        for k in 0..self.steps {
+            match graph {
+                Some(g) => g.launch()?,
+                None => self.step()?,
+            }
+            // Progress needs the GPU to have caught up; everything else stays on the device.
+            if k % 64 == 63 {
+                gpu.sync()?;
+                bar.set_position(k as u64 + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The error of an epoch whose step `bad` has a loss that is not finite, after writing the
+    /// metrics so far, through that step.
+    fn diverged(
+        &self,
+        epoch: usize,
+        losses: &[f32],
+        bad: usize,
+        metrics: &mut Metrics,
+        start: Instant,
+    ) -> anyhow::Error {
+        if let Some(p) = &self.o.metrics {
+            metrics.add_steps(epoch, &losses[..=bad], start.elapsed().as_secs_f64());
+            if let Err(e) = metrics.write(p) {
+                return e;
+            }
+        }
+        let kept = match &self.o.save {
+            Some(p) if epoch > 1 => format!("; the last good checkpoint is {}", p.display()),
+            Some(p) => format!("; nothing was saved to {}", p.display()),
+            None => String::new(),
+        };
+        anyhow!(
+            "training diverged: loss is {} at epoch {epoch}, step {bad} (try a smaller --lr){kept}",
+            losses[bad]
+        )
+    }
+
+    fn print_summary(&self, results: &[Epoch]) {
+        let o = self.o;
         let train_s: f64 = results.iter().map(|e| e.seconds).sum();
         let last = results.last().unwrap();
         println!(
@@ -487,7 +598,115 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
                 .unwrap_or_default()
         );
     }
-    Ok(results)
+}
+
+/// Before any host buffer that size: the parameters alone (fp32 value and momentum, fp16 copy
+/// and gradient, 12 bytes each) must fit the GPU.
+fn ensure_parameters_fit(gpu: &Gpu, sizes: &[usize]) -> Result<()> {
+    let total = gpu.mem_info()?.1;
+    let count = parameter_count(sizes);
+    ensure!(
+        count.is_some_and(|c| c.saturating_mul(12) <= total),
+        "layers {sizes:?} have {} parameters, which at 12 bytes each do not fit the GPU's {} MiB",
+        count.map_or("too many".into(), |c| c.to_string()),
+        total >> 20
+    );
+    Ok(())
+}
+
+/// What the carving of a run's arena depends on besides its options, data and engine.
+struct Footprint<'s> {
+    sizes: &'s [usize],
+    steps: usize,
+    eval_rows: usize,
+    eval_chunks: usize,
+}
+
+/// Carves every buffer of a run from `arena`: the same calls size the arena (on a measuring
+/// one) and then fill it.
+fn carve<'g>(
+    gpu: &'g Gpu,
+    o: &Options,
+    ds: &Dataset,
+    footprint: &Footprint,
+    choice: &Choice,
+    arena: &mut Arena,
+) -> Result<(Buffers, Mlp<'g>, Engine)> {
+    let steps = footprint.steps;
+    let b = Buffers {
+        x_train: arena.alloc(ds.train.features.len())?,
+        y_train: arena.alloc(ds.train.count)?,
+        x_test: arena.alloc(ds.test.features.len())?,
+        y_test: arena.alloc(ds.test.count)?,
+        xb: arena.alloc(o.batch * ds.train.dim)?,
+        yb: arena.alloc(o.batch)?,
+        loss_steps: arena.alloc(steps)?,
+        correct_steps: arena.alloc(steps)?,
+        eval_loss: arena.alloc(footprint.eval_chunks)?,
+        eval_correct: arena.alloc(footprint.eval_chunks)?,
+        step: arena.alloc(1)?,
+        seed: arena.alloc(1)?,
+    };
+    let (sizes, rows) = (footprint.sizes, footprint.eval_rows);
+    let model = Mlp::new(gpu, arena, sizes, o.batch, rows, o.accum, o.config)?;
+    let engine = match choice {
+        Choice::Persistent => Engine::Persistent(Box::new(Persistent::new(
+            gpu, arena, sizes, o.batch, o.accum, steps,
+        )?)),
+        Choice::Layered(why) => Engine::Layered(Layered {
+            why_not_persistent: why.clone(),
+            graph: None,
+        }),
+    };
+    Ok((b, model, engine))
+}
+
+fn progress_bar(quiet: bool, steps: usize) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(steps as u64)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "epoch {prefix:>3} [{bar:30}] {pos}/{len} {per_sec} {msg}",
+        )
+        .unwrap()
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The `--metrics` CSV: a line per step's loss and one per epoch's test accuracy.
+struct Metrics {
+    csv: String,
+    steps: usize,
+}
+
+impl Metrics {
+    fn new(steps: usize) -> Metrics {
+        Metrics {
+            csv: String::from("epoch,step,loss,accuracy,time_s\n"),
+            steps,
+        }
+    }
+
+    /// A line for each of an epoch's step losses, at `t` seconds into the run.
+    fn add_steps(&mut self, epoch: usize, losses: &[f32], t: f64) {
+        for (k, l) in losses.iter().enumerate() {
+            let step = (epoch - 1) * self.steps + k + 1;
+            self.csv.push_str(&format!("{epoch},{step},{l},,{t:.4}\n"));
+        }
+    }
+
+    fn add_epoch(&mut self, epoch: usize, test_accuracy: f32, t: f64) {
+        let step = epoch * self.steps;
+        self.csv += &format!("{epoch},{step},,{test_accuracy},{t:.4}\n");
+    }
+
+    fn write(&self, path: &Path) -> Result<()> {
+        crate::write_atomic(path, self.csv.as_bytes())
+    }
 }
 
 /// The key of epoch `epoch`'s shuffle.

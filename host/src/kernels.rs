@@ -1,0 +1,124 @@
+//! The name of every kernel the host launches, as the gpu crate exports it, in one place. A CPU
+//! test finds each in every embedded PTX that should hold it, so a misspelt name fails the test
+//! suite rather than a run.
+use crate::gemm::Version;
+use gpu::gemm::{Accum, Layout, simt_kernel, tensor_kernel};
+
+/// Declares each name as a constant and lists it in [`NAMED`] with the oldest architecture
+/// (compute capability ×10) whose PTX exports it.
+macro_rules! kernels {
+    ($($(#[$doc:meta])* $konst:ident = $name:literal, sm $sm:literal;)*) => {
+        $($(#[$doc])* pub const $konst: &str = $name;)*
+        /// Every named kernel with the oldest architecture that has it.
+        pub const NAMED: &[(&str, u32)] = &[$(($name, $sm)),*];
+    };
+}
+
+kernels! {
+    /// Smoke kernels, launched by the GPU tests.
+    VEC_ADD = "vec_add", sm 75;
+    BLOCK_SUM = "block_sum", sm 75;
+    MMA_TILE = "mma_tile", sm 75;
+    /// The MLP's kernels besides its GEMMs.
+    NORMALIZE_U8 = "normalize_u8", sm 75;
+    GATHER_BATCH = "gather_batch", sm 75;
+    ADVANCE_STEP = "advance_step", sm 75;
+    SOFTMAX_CE = "softmax_ce", sm 75;
+    BIAS_GRAD = "bias_grad", sm 75;
+    RELU_BACKWARD = "relu_backward", sm 75;
+    SGD_UPDATE = "sgd_update", sm 75;
+    F32_TO_F16 = "f32_to_f16", sm 75;
+    /// Beside the GEMMs: the reduction of split-K slices, and the epilogue that follows cuBLAS.
+    SPLITK_REDUCE = "splitk_reduce", sm 75;
+    BIAS_ACT_F16 = "bias_act_f16", sm 75;
+    /// The persistent kernel, one per accumulator, and its shuffle.
+    PERSISTENT_F16 = "mlp1_persistent_f16", sm 80;
+    PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
+    PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 80;
+    /// The roof of the GEMM ladder, per instruction K and accumulator.
+    ROOF_K8_F16 = "mma_roof_k8_f16", sm 75;
+    ROOF_K8_F32 = "mma_roof_k8_f32", sm 75;
+    ROOF_K16_F16 = "mma_roof_k16_f16", sm 80;
+    ROOF_K16_F32 = "mma_roof_k16_f32", sm 80;
+    /// Linear regression.
+    REGRESSION_GENERATE = "regression_generate", sm 75;
+    REGRESSION_FORWARD = "regression_forward", sm 75;
+    REGRESSION_RESIDUAL = "regression_residual", sm 75;
+    REGRESSION_GRAD_PARTIALS = "regression_grad_partials", sm 75;
+    REGRESSION_REDUCE = "regression_reduce", sm 75;
+    REGRESSION_UPDATE = "regression_update", sm 75;
+    REGRESSION_FUSED = "regression_fused", sm 75;
+    REGRESSION_REDUCE_UPDATE = "regression_reduce_update", sm 75;
+}
+
+/// The persistent kernel for accumulator `acc`.
+pub fn persistent(acc: Accum) -> &'static str {
+    match acc {
+        Accum::F16 => PERSISTENT_F16,
+        Accum::F32 => PERSISTENT_F32,
+    }
+}
+
+/// Whether the PTX of architecture `sm` has kernel `name` of [`NAMED`].
+pub fn in_ptx_of(name: &str, sm: u32) -> bool {
+    NAMED.iter().any(|&(n, oldest)| n == name && oldest <= sm)
+}
+
+/// Every roof kernel as (name, K of its `mma.sync` shape, accumulator), in the order `host gemm`
+/// prints them.
+pub const ROOFS: [(&str, usize, Accum); 4] = [
+    (ROOF_K8_F16, 8, Accum::F16),
+    (ROOF_K8_F32, 8, Accum::F32),
+    (ROOF_K16_F16, 16, Accum::F16),
+    (ROOF_K16_F32, 16, Accum::F32),
+];
+
+/// The GEMM kernel of `v` for `layout`, named as the gpu crate names it from its version list
+/// and tile table.
+pub fn gemm(v: Version, layout: Layout) -> String {
+    match v {
+        Version::Simt(s) => simt_kernel(s, layout),
+        Version::Tensor(c, acc) => tensor_kernel(c, layout, acc),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ptx::{EMBEDDED, EmbeddedPtx};
+
+    /// Every name the host can launch on a device running `p`.
+    fn launchable(p: &EmbeddedPtx) -> Vec<String> {
+        let mut names: Vec<String> = NAMED
+            .iter()
+            .filter(|(_, sm)| *sm <= p.sm)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        for v in Version::all_up_to(p.sm) {
+            names.extend(Layout::ALL.iter().map(|&l| gemm(v, l)));
+        }
+        names
+    }
+
+    #[test]
+    fn every_kernel_the_host_names_is_in_each_embedded_ptx_that_runs_it() {
+        assert!(!EMBEDDED.is_empty());
+        for p in EMBEDDED {
+            let missing: Vec<_> = launchable(p)
+                .into_iter()
+                .filter(|n| !p.source.contains(&format!(".entry {n}(")))
+                .collect();
+            assert!(missing.is_empty(), "{} PTX lacks {missing:?}", p.arch);
+        }
+    }
+
+    #[test]
+    fn gemm_names_cover_every_version_layout_and_accumulator() {
+        let c = &gpu::gemm::TILE_CONFIGS[0];
+        let v = Version::Tensor(c, Accum::F32);
+        assert_eq!(gemm(v, Layout::TN), format!("gemm_{}_tn_f32", c.name));
+        assert_eq!(gemm(Version::Simt("smem"), Layout::NT), "gemm_smem_nt");
+        assert!(in_ptx_of(ROOF_K8_F16, 75) && !in_ptx_of(ROOF_K16_F16, 75));
+        assert_eq!(persistent(Accum::F32), "mlp1_persistent_f32");
+    }
+}
