@@ -379,8 +379,8 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     // On sm_90 the split-K reduction, and a tensor-core GEMM whose grid fits on the SMs in one
     // pass, are dependent launches: scheduled while the kernel before them finishes, they wait
     // for it on the GPU (`griddepcontrol.wait`, before their first global access) instead of
-    // behind a launch. That saves 0.2-0.4 µs on the MLP shapes; larger grids launched this way
-    // measured slower (1024³ with 64×64 tiles, 256 blocks: 0.0107 -> 0.0123 ms).
+    // behind a launch. That saves a fraction of a microsecond on the MLP shapes; grids larger
+    // than one pass run slower so (`docs/gemm.md` has both measurements).
     let mut dependent = [attribute(
         CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
         |v| v.programmaticStreamSerializationAllowed = 1,

@@ -157,9 +157,7 @@ fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize, cluster: usize) -> 
 
 /// Blocks per cluster on Hopper: those of two slices where the slices pair up and such clusters
 /// all fit, else of one (the kernel pairs ranks `r` and `r ^ 1` either way). Clusters of two
-/// slices ran faster on the H100: 2.82-2.84 against 2.88-2.91 ms/epoch for `host mnist` with
-/// clusters of one; of four slices 2.89-2.91, of eight 3.13-3.15 (presumably where the driver
-/// places them).
+/// slices run faster than of one, four or eight (`docs/persistent.md` has the measurements).
 fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Result<u32> {
     let two = 2 * PARTS;
     Ok(
