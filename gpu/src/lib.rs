@@ -22,6 +22,7 @@
 
 pub mod gemm;
 pub mod layout;
+pub mod params;
 pub mod persistent;
 pub mod philox;
 pub mod shuffle;

@@ -1,6 +1,7 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
 use crate::arch::*;
+use crate::params::GatherBatch;
 use crate::shuffle::permute;
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
@@ -18,26 +19,17 @@ pub unsafe extern "ptx-kernel" fn normalize_u8(
     });
 }
 
-/// Copies batch `*step` of this epoch's shuffled order: row `r` is example
-/// `permute(step·batch + r, n, *seed)`. Step and seed are read from device memory so the same
-/// launch can be replayed from a CUDA graph.
+/// Copies rows `first..first + rows` of batch `*step` of this epoch's shuffled order: row `r` is
+/// example `permute(step·step_rows + first + r, n, *seed)`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn gather_batch(
-    x: *const u16,
-    y: *const u8,
-    n: u32,
-    dim: u32,
-    xb: *mut u16,
-    yb: *mut u8,
-    batch: u32,
-    step: *const u32,
-    seed: *const u32,
-) {
-    let (step, seed) = unsafe { (*step, *seed) };
-    grid_stride(batch * dim, |e| {
+pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
+    let (x, y) = (p.x as *const u16, p.y as *const u8);
+    let (xb, yb) = (p.xb as *mut u16, p.yb as *mut u8);
+    let (step, seed) = unsafe { (*(p.step as *const u32), *(p.seed as *const u32)) };
+    let dim = p.dim;
+    grid_stride(p.rows * dim, |e| {
         let (r, c) = (e / dim, e % dim);
-        let src = permute(step * batch + r, n, seed);
+        let src = permute(step * p.step_rows + p.first + r, p.n, seed);
         unsafe { *xb.add(e as usize) = *x.add((src * dim + c) as usize) };
         if c == 0 {
             unsafe { *yb.add(r as usize) = *y.add(src as usize) };

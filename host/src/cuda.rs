@@ -31,17 +31,8 @@ impl Gpu {
     /// Opens device `ordinal`. Without a driver or a device this is an error with one clear
     /// sentence, never a panic (cudarc panics if asked to load a missing libcuda).
     pub fn new(ordinal: usize) -> Result<Gpu> {
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            bail!(
-                "no CUDA driver found (libcuda.so could not be loaded): this command needs an NVIDIA GPU and its driver"
-            );
-        }
-        let count =
-            CudaContext::device_count().context("the CUDA driver could not count devices")?;
-        if count == 0 {
-            bail!("the CUDA driver is installed but reports no GPU");
-        }
-        if ordinal >= count as usize {
+        let count = Gpu::count()?;
+        if ordinal >= count {
             bail!("GPU {ordinal} requested, but only {count} present");
         }
         let ctx = CudaContext::new(ordinal).context("could not create a CUDA context")?;
@@ -73,6 +64,21 @@ impl Gpu {
             sms,
             functions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// GPUs present: at least one, or an error that says why there is none.
+    pub fn count() -> Result<usize> {
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            bail!(
+                "no CUDA driver found (libcuda.so could not be loaded): this command needs an NVIDIA GPU and its driver"
+            );
+        }
+        let count =
+            CudaContext::device_count().context("the CUDA driver could not count devices")?;
+        if count == 0 {
+            bail!("the CUDA driver is installed but reports no GPU");
+        }
+        Ok(count as usize)
     }
 
     /// A kernel of the module by name (looked up once, then cached).
@@ -279,6 +285,15 @@ impl Arena {
 pub fn dptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> u64 {
     buf.device_ptr(stream).0
 }
+
+/// A kernel's whole parameter block (one of `gpu::params`), passed by value through
+/// cudarc's launch builder: `b.arg(&ParamBlock(p))`.
+#[repr(transparent)]
+pub struct ParamBlock<T>(pub T);
+
+// SAFETY: the blocks are `#[repr(C)]` plain data (integers, floats and device addresses), laid
+// out as the kernel declares its one parameter (checked against the PTX by a CPU test).
+unsafe impl<T: Copy> DeviceRepr for ParamBlock<T> {}
 
 /// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
 pub fn arg<T>(v: &T) -> *mut c_void {

@@ -112,6 +112,25 @@ mod tests {
         }
     }
 
+    /// Kernels taking one block of `gpu::params` declare exactly that block in every PTX:
+    /// host and kernel agree on its size and alignment.
+    #[test]
+    fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
+        use crate::ptx::{one_block, parameters};
+        use gpu::params::GatherBatch;
+        for p in EMBEDDED {
+            let blocks = [(GATHER_BATCH, one_block::<GatherBatch>(GATHER_BATCH))];
+            for (name, block) in blocks {
+                assert_eq!(
+                    parameters(p.source, name),
+                    Some(block.as_str()),
+                    "{}",
+                    p.arch
+                );
+            }
+        }
+    }
+
     #[test]
     fn gemm_names_cover_every_version_layout_and_accumulator() {
         let c = &gpu::gemm::TILE_CONFIGS[0];

@@ -6,6 +6,7 @@ pub mod iris;
 pub mod kernels;
 pub mod mlp;
 pub mod mnist;
+pub mod nccl;
 pub mod ptx;
 pub mod regression;
 

@@ -144,6 +144,10 @@ struct TrainFlags {
     /// Print one line every this many epochs.
     #[arg(long)]
     print_every: Option<usize>,
+    /// Train data parallel on this many GPUs (from --device on), through NCCL: each takes an
+    /// equal share of every batch.
+    #[arg(long, default_value_t = 1)]
+    gpus: usize,
 }
 
 /// Defaults of one data set for its training flags.
@@ -279,20 +283,35 @@ fn run(cli: Cli) -> Result<()> {
         Command::Regression(a) => host::regression::validate(&regression_options(a, a.points))?,
         _ => {}
     }
-    let gpu = Gpu::new(cli.device)?;
+    let device = cli.device;
     match cli.command {
-        Command::Info => info(&gpu),
-        Command::Gemm(a) => gemm(&gpu, &a),
-        Command::Regression(a) => regression(&gpu, &a),
+        Command::Info => info(&Gpu::new(device)?),
+        Command::Gemm(a) => gemm(&Gpu::new(device)?, &a),
+        Command::Regression(a) => regression(&Gpu::new(device)?, &a),
         Command::Mnist(a) => {
+            let o = train_options(&a.train, &MNIST_DEFAULTS)?;
             let ds = host::mnist::load(&a.data.clone().unwrap_or_else(host::mnist::default_dir))?;
-            host::mlp::train(&gpu, &train_options(&a.train, &MNIST_DEFAULTS)?, &ds).map(|_| ())
+            train(device, &o, &ds)
         }
         Command::Iris(a) => {
-            let ds = host::iris::load(host::iris::CSV, a.train.seed)?;
-            host::mlp::train(&gpu, &train_options(&a.train, &IRIS_DEFAULTS)?, &ds).map(|_| ())
+            let o = train_options(&a.train, &IRIS_DEFAULTS)?;
+            train(
+                device,
+                &o,
+                &host::iris::load(host::iris::CSV, a.train.seed)?,
+            )
         }
     }
+}
+
+/// Trains on GPU `device`, or data parallel on `o.gpus` GPUs from `device` on.
+fn train(device: usize, o: &host::mlp::Options, ds: &host::mlp::Dataset) -> Result<()> {
+    if o.gpus > 1 {
+        host::mlp::train_data_parallel(device, o, ds)?;
+    } else {
+        host::mlp::train(&Gpu::new(device)?, o, ds)?;
+    }
+    Ok(())
 }
 
 fn regression_options(a: &RegressionArgs, points: usize) -> host::regression::Options {
@@ -437,6 +456,7 @@ fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options
         load: a.load.clone(),
         quiet: false,
         print_every: a.print_every.unwrap_or(d.print_every),
+        gpus: a.gpus,
     })
 }
 

@@ -30,6 +30,23 @@ pub fn kernels(ptx: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The declaration of kernel `name`'s parameters in a PTX module: what is between the
+/// parentheses of its `.entry`, trimmed.
+pub fn parameters<'p>(ptx: &'p str, name: &str) -> Option<&'p str> {
+    let entry = format!(".entry {name}(");
+    let after = &ptx[ptx.find(&entry)? + entry.len()..];
+    Some(after[..after.find(')')?].trim())
+}
+
+/// How PTX declares a kernel whose one parameter is a `T` passed by value.
+pub fn one_block<T>(name: &str) -> String {
+    format!(
+        ".param .align {} .b8 {name}_param_0[{}]",
+        std::mem::align_of::<T>(),
+        std::mem::size_of::<T>()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

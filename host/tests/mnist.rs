@@ -49,7 +49,8 @@ fn one_step_gradients_match_cpu_reference() {
             let s = &g.stream;
             m.forward(dptr(&dx, s), rows).unwrap();
             let sums = (dptr(&loss, s), dptr(&correct, s));
-            m.loss(dptr(&dy, s), rows, true, sums, 0).unwrap();
+            m.loss(dptr(&dy, s), rows, Some(1.0 / rows as f32), sums, 0)
+                .unwrap();
             m.backward(dptr(&dx, s), rows).unwrap();
             let got: Vec<f32> = g
                 .download_buf(m.g16)

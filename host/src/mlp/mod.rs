@@ -2,10 +2,12 @@
 //! reference of one step, and the training loop. Data sets come from `mnist` and `iris`.
 pub mod checkpoint;
 pub mod model;
+pub mod parallel;
 pub mod persistent;
 pub mod reference;
 pub mod train;
 
+pub use parallel::train_data_parallel;
 pub use train::{Epoch, Options, train, validate};
 
 /// Features of one split as they reach the GPU.

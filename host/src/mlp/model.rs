@@ -327,12 +327,13 @@ impl<'g> Mlp<'g> {
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss
     /// and correct count into slot `*step` (or 0 where `step` is 0) of `sums` (loss, correct),
-    /// and the logits gradient (scaled by 1/rows) when `backward`.
+    /// and, given a `grad_scale` (1/rows for the mean over these rows), the logits gradient
+    /// scaled by it.
     pub fn loss(
         &self,
         labels: u64,
         rows: usize,
-        backward: bool,
+        grad_scale: Option<f32>,
         (loss, correct): (u64, u64),
         step: u64,
     ) -> Result<()> {
@@ -343,8 +344,8 @@ impl<'g> Mlp<'g> {
             labels,
             rows: rows as u32,
             classes,
-            dlogits: if backward { self.dlogits() } else { 0 },
-            scale: 1.0 / rows as f32,
+            dlogits: grad_scale.map_or(0, |_| self.dlogits()),
+            scale: grad_scale.unwrap_or(0.0),
             loss,
             correct,
             step,

@@ -388,20 +388,9 @@ mod tests {
         for p in ptxs {
             for acc in [Accum::F16, Accum::F32] {
                 let name = kernels::persistent(acc);
-                let entry = format!(".entry {name}(");
-                let at = p
-                    .source
-                    .find(&entry)
-                    .unwrap_or_else(|| panic!("{name} in {}", p.arch));
-                let params = &p.source[at + entry.len()..];
-                let params = params[..params.find(')').unwrap()].trim();
                 assert_eq!(
-                    params,
-                    format!(
-                        ".param .align {} .b8 {name}_param_0[{}]",
-                        std::mem::align_of::<Params>(),
-                        std::mem::size_of::<Params>()
-                    ),
+                    crate::ptx::parameters(p.source, name),
+                    Some(crate::ptx::one_block::<Params>(name).as_str()),
                     "{}",
                     p.arch
                 );

@@ -3,18 +3,21 @@
 use super::model::{self, Init, Mlp};
 use super::persistent::{self, Persistent, Support};
 use super::{Dataset, Features, checkpoint};
-use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
 use crate::gemm::Version;
 use crate::kernels;
+use crate::nccl::Comm;
 use anyhow::{Context, Result, anyhow, ensure};
 use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::Accum;
+use gpu::params::GatherBatch;
 use half::f16;
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+#[derive(Clone)]
 pub struct Options {
     pub hidden: Vec<usize>,
     pub epochs: usize,
@@ -35,6 +38,8 @@ pub struct Options {
     pub quiet: bool,
     /// Print one line every this many epochs (and after the last).
     pub print_every: usize,
+    /// GPUs to train on, data parallel: each takes `batch / gpus` rows of every step.
+    pub gpus: usize,
 }
 
 impl Default for Options {
@@ -57,6 +62,7 @@ impl Default for Options {
             load: None,
             quiet: false,
             print_every: 1,
+            gpus: 1,
         }
     }
 }
@@ -134,6 +140,17 @@ pub fn validate(o: &Options) -> Result<()> {
         "--epochs 0 only evaluates: it writes no --save or --metrics file"
     );
     ensure!(o.print_every > 0, "--print-every must be positive");
+    ensure!(o.gpus > 0, "--gpus must be at least 1");
+    ensure!(
+        o.batch.is_multiple_of(o.gpus),
+        "--batch {} does not split evenly over --gpus {}",
+        o.batch,
+        o.gpus
+    );
+    ensure!(
+        o.gpus == 1 || o.epochs > 0,
+        "--epochs 0 evaluates on one GPU: drop --gpus"
+    );
     // Files written during or after training go to directories that exist: found out now, not
     // after the last epoch.
     for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
@@ -163,7 +180,11 @@ fn parameter_count(sizes: &[usize]) -> Option<usize> {
 /// Trains an MLP on `ds` as `o` asks, returning each epoch's results (one evaluation with
 /// `--epochs 0`).
 pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
-    Trainer::new(gpu, o, ds)?.run()
+    ensure!(
+        o.gpus == 1,
+        "training on several GPUs goes through train_data_parallel"
+    );
+    Trainer::new(gpu, o, ds, None)?.run()
 }
 
 /// How a run trains each epoch.
@@ -190,11 +211,15 @@ enum Choice {
 }
 
 impl Choice {
-    /// The persistent kernel trains whatever it supports, unless the run asks for the layered
-    /// engine (or for what only it has: a forced GEMM configuration, eager launches).
-    fn new(gpu: &Gpu, o: &Options, sizes: &[usize], steps: usize) -> Result<Choice> {
+    /// The persistent kernel trains whatever it supports on one GPU, unless the run asks for the
+    /// layered engine (or for what only it has: a forced GEMM configuration, eager launches).
+    fn new(gpu: &Gpu, o: &Options, sizes: &[usize], steps: usize, replica: bool) -> Result<Choice> {
         if o.layered || o.config.is_some() || !o.graph {
             return Ok(Choice::Layered(None));
+        }
+        if replica {
+            let why = "it trains on one GPU, and this run is data parallel";
+            return Ok(Choice::Layered(Some(why.into())));
         }
         Ok(
             match persistent::support(gpu, sizes, o.batch, steps, o.accum)? {
@@ -206,10 +231,14 @@ impl Choice {
 }
 
 /// One training run: its GPU, options and data, and everything carved for it from one arena.
-struct Trainer<'a> {
+/// A data-parallel run has a trainer per GPU, each a replica with its rank's communicator.
+pub(super) struct Trainer<'a> {
     gpu: &'a Gpu,
     o: &'a Options,
     ds: &'a Dataset,
+    comm: Option<&'a Comm>,
+    /// Rows of each step on this GPU: the batch, or a replica's share of it.
+    rows: usize,
     /// Layer widths, input first.
     sizes: Vec<usize>,
     /// The parameters training starts from.
@@ -229,7 +258,12 @@ struct Trainer<'a> {
 
 impl<'a> Trainer<'a> {
     /// Checks the run, chooses its engine, carves and fills its arena.
-    fn new(gpu: &'a Gpu, o: &'a Options, ds: &'a Dataset) -> Result<Trainer<'a>> {
+    pub(super) fn new(
+        gpu: &'a Gpu,
+        o: &'a Options,
+        ds: &'a Dataset,
+        comm: Option<&'a Comm>,
+    ) -> Result<Trainer<'a>> {
         validate(o)?;
         ensure!(
             o.batch <= ds.train.count,
@@ -246,11 +280,13 @@ impl<'a> Trainer<'a> {
             None => model::init_params(&sizes, o.init, o.seed),
         };
         let steps = ds.train.count / o.batch;
-        let choice = Choice::new(gpu, o, &sizes, steps)?;
+        let rows = o.batch / comm.map_or(1, |c| c.world());
+        let choice = Choice::new(gpu, o, &sizes, steps, comm.is_some())?;
         let eval_rows = ds.test.count.min(8192);
         let eval_chunks = ds.test.count.div_ceil(eval_rows);
         let footprint = Footprint {
             sizes: &sizes,
+            rows,
             steps,
             eval_rows,
             eval_chunks,
@@ -268,6 +304,8 @@ impl<'a> Trainer<'a> {
             gpu,
             o,
             ds,
+            comm,
+            rows,
             sizes,
             params,
             steps,
@@ -335,7 +373,7 @@ impl<'a> Trainer<'a> {
     }
 
     /// Every epoch, or with `--epochs 0` one evaluation of the loaded weights.
-    fn run(mut self) -> Result<Vec<Epoch>> {
+    pub(super) fn run(mut self) -> Result<Vec<Epoch>> {
         if self.o.epochs == 0 {
             return self.evaluate_only();
         }
@@ -386,10 +424,12 @@ impl<'a> Trainer<'a> {
         self.step()?;
         self.model.set_params(&self.params)?;
         gpu.sync()?;
-        // Global capture mode: the driver rejects any allocation, free or synchronisation made
-        // while the step is captured, so a successful capture proves the step has none.
+        // The driver rejects any allocation, free or synchronisation this thread makes while the
+        // step is captured, so a successful capture proves the step has none. (Thread-local
+        // mode: each data-parallel replica captures on its own thread while others may still
+        // be allocating.)
         let s = &gpu.stream;
-        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)?;
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
         let captured = self.step();
         let g = s.end_capture(CUgraphInstantiate_flags(0))?;
         captured?;
@@ -401,14 +441,19 @@ impl<'a> Trainer<'a> {
     }
 
     /// One training step, as a sequence of launches on the stream: nothing is allocated, copied
-    /// or synchronised inside it, so it can be captured as a graph.
+    /// or synchronised inside it, so it can be captured as a graph. A replica's gradients are
+    /// of its rows over the whole batch's count, so that their sum over replicas is the batch's.
     fn step(&self) -> Result<()> {
-        let (o, b, model) = (self.o, &self.b, &self.model);
+        let (o, b, model, rows) = (self.o, &self.b, &self.model, self.rows);
         self.gather()?;
-        model.forward(b.xb.ptr, o.batch)?;
+        model.forward(b.xb.ptr, rows)?;
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
-        model.loss(b.yb.ptr, o.batch, true, sums, b.step.ptr)?;
-        model.backward(b.xb.ptr, o.batch)?;
+        let grad_scale = Some(1.0 / o.batch as f32);
+        model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr)?;
+        model.backward(b.xb.ptr, rows)?;
+        if let Some(comm) = self.comm {
+            comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
+        }
         model.update(o.lr, o.momentum)?;
         let advance = self.gpu.function(kernels::ADVANCE_STEP)?;
         let mut l = self.gpu.stream.launch_builder(&advance);
@@ -417,31 +462,46 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
-    /// Gathers the batch of step `*step` of the epoch keyed `*seed` into `xb`/`yb`.
+    /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into
+    /// `xb`/`yb`: replica `r` takes the `r`-th share.
     fn gather(&self) -> Result<()> {
         let (b, train) = (&self.b, &self.ds.train);
-        let (n, dim, batch) = (train.count as u32, train.dim as u32, self.o.batch as u32);
+        let rank = self.comm.map_or(0, |c| c.rank());
+        let p = GatherBatch {
+            x: b.x_train.ptr,
+            y: b.y_train.ptr,
+            n: train.count as u32,
+            dim: train.dim as u32,
+            xb: b.xb.ptr,
+            yb: b.yb.ptr,
+            rows: self.rows as u32,
+            step_rows: self.o.batch as u32,
+            first: (rank * self.rows) as u32,
+            step: b.step.ptr,
+            seed: b.seed.ptr,
+        };
         let f = self.gpu.function(kernels::GATHER_BATCH)?;
         let mut l = self.gpu.stream.launch_builder(&f);
-        // The training set and its shape, the batch's buffers, where the step and key are read.
-        l.arg(&b.x_train.ptr).arg(&b.y_train.ptr).arg(&n).arg(&dim);
-        l.arg(&b.xb.ptr).arg(&b.yb.ptr).arg(&batch);
-        l.arg(&b.step.ptr).arg(&b.seed.ptr);
-        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
-        // buffers come from the run's arena, which outlives the work.
-        unsafe { l.launch(grid_1d(self.o.batch * train.dim, 256)) }?;
+        let p = ParamBlock(p);
+        l.arg(&p);
+        // SAFETY: the kernel's one parameter is a `GatherBatch`; the buffers come from the
+        // run's arena, which outlives the work.
+        unsafe { l.launch(grid_1d(self.rows * train.dim, 256)) }?;
         Ok(())
     }
 
-    /// Test loss and accuracy of the current weights.
+    /// Test loss and accuracy of the current weights; not a number on replicas but rank 0's.
     fn evaluate(&self) -> Result<(f32, f32)> {
+        if self.comm.is_some_and(|c| c.rank() != 0) {
+            return Ok((f32::NAN, f32::NAN));
+        }
         let (b, test, rows_per) = (&self.b, &self.ds.test, self.eval_rows);
         for c in 0..self.eval_chunks {
             let start = c * rows_per;
             let rows = rows_per.min(test.count - start);
             self.model.forward(b.x_test.at(start * test.dim), rows)?;
             let sums = (b.eval_loss.at(c), b.eval_correct.at(c));
-            self.model.loss(b.y_test.at(start), rows, false, sums, 0)?;
+            self.model.loss(b.y_test.at(start), rows, None, sums, 0)?;
         }
         let l = self.gpu.download_buf(b.eval_loss)?;
         let c = self.gpu.download_buf(b.eval_correct)?;
@@ -474,7 +534,7 @@ impl<'a> Trainer<'a> {
         gpu.sync()?;
         let seconds = t0.elapsed().as_secs_f64();
         bar.set_position(steps as u64);
-        let losses = gpu.download_buf(self.b.loss_steps)?;
+        let losses = self.step_losses()?;
         if let Some(bad) = losses.iter().position(|l| !l.is_finite()) {
             bar.abandon();
             return Err(self.diverged(epoch, &losses, bad, metrics, start));
@@ -530,6 +590,21 @@ impl<'a> Trainer<'a> {
             o.lr,
             o.momentum,
         )
+    }
+
+    /// The mean loss of each step of the epoch: over every replica's rows, the same on each.
+    fn step_losses(&self) -> Result<Vec<f32>> {
+        let (gpu, losses) = (self.gpu, self.b.loss_steps);
+        let Some(comm) = self.comm else {
+            return gpu.download_buf(losses);
+        };
+        comm.sum_in_place::<f32>(losses.ptr, losses.len, &gpu.stream)?;
+        let world = comm.world() as f32;
+        Ok(gpu
+            .download_buf(losses)?
+            .iter()
+            .map(|l| l / world)
+            .collect())
     }
 
     /// Every step of the epoch, replayed from `graph` or launched eagerly.
@@ -617,6 +692,8 @@ fn ensure_parameters_fit(gpu: &Gpu, sizes: &[usize]) -> Result<()> {
 /// What the carving of a run's arena depends on besides its options, data and engine.
 struct Footprint<'s> {
     sizes: &'s [usize],
+    /// Rows of a step on this GPU.
+    rows: usize,
     steps: usize,
     eval_rows: usize,
     eval_chunks: usize,
@@ -632,14 +709,14 @@ fn carve<'g>(
     choice: &Choice,
     arena: &mut Arena,
 ) -> Result<(Buffers, Mlp<'g>, Engine)> {
-    let steps = footprint.steps;
+    let (steps, batch) = (footprint.steps, footprint.rows);
     let b = Buffers {
         x_train: arena.alloc(ds.train.features.len())?,
         y_train: arena.alloc(ds.train.count)?,
         x_test: arena.alloc(ds.test.features.len())?,
         y_test: arena.alloc(ds.test.count)?,
-        xb: arena.alloc(o.batch * ds.train.dim)?,
-        yb: arena.alloc(o.batch)?,
+        xb: arena.alloc(batch * ds.train.dim)?,
+        yb: arena.alloc(batch)?,
         loss_steps: arena.alloc(steps)?,
         correct_steps: arena.alloc(steps)?,
         eval_loss: arena.alloc(footprint.eval_chunks)?,
@@ -648,7 +725,7 @@ fn carve<'g>(
         seed: arena.alloc(1)?,
     };
     let (sizes, rows) = (footprint.sizes, footprint.eval_rows);
-    let model = Mlp::new(gpu, arena, sizes, o.batch, rows, o.accum, o.config)?;
+    let model = Mlp::new(gpu, arena, sizes, batch, rows, o.accum, o.config)?;
     let engine = match choice {
         Choice::Persistent => Engine::Persistent(Box::new(Persistent::new(
             gpu, arena, sizes, o.batch, o.accum, steps,
@@ -750,6 +827,20 @@ mod tests {
                 ..options()
             })
             .contains("--print-every")
+        );
+        assert!(
+            err(Options {
+                gpus: 3,
+                ..options()
+            })
+            .contains("split evenly")
+        );
+        assert!(
+            err(Options {
+                gpus: 0,
+                ..options()
+            })
+            .contains("--gpus")
         );
         let e = err(Options {
             epochs: 0,

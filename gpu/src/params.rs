@@ -1,0 +1,26 @@
+//! Parameter blocks of kernels with more than a few parameters, shared with the host: each
+//! kernel takes one `#[repr(C)]` struct by value, so its parameter list is written once and the
+//! host fills it by name. Device addresses are `u64`.
+
+/// The parameters of `gather_batch`: rows `first..first + rows` of step `*step` of the epoch
+/// keyed `*seed`, a step being `step_rows` rows of the shuffled training set. One GPU takes a
+/// whole step (`first` 0, `rows` = `step_rows`); each data-parallel replica takes its share.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GatherBatch {
+    /// The training set: `n` rows of `dim` fp16 features, and a `u8` label each.
+    pub x: u64,
+    pub y: u64,
+    pub n: u32,
+    pub dim: u32,
+    /// The batch's features and labels, `rows` rows.
+    pub xb: u64,
+    pub yb: u64,
+    pub rows: u32,
+    pub step_rows: u32,
+    pub first: u32,
+    /// Where the step within the epoch and the epoch's shuffle key are read (`u32` each), so
+    /// that a graph replays the same launch at every step.
+    pub step: u64,
+    pub seed: u64,
+}

@@ -1,0 +1,156 @@
+//! Data-parallel training: one replica of the model per GPU, each taking an equal share of every
+//! global batch; the gradients are summed through NCCL inside the captured step, so a step stays
+//! one graph replay per GPU and every replica applies the same update.
+//!
+//! Each rank is a thread of this process, driving one GPU. Nothing but the NCCL unique id and
+//! the rank passes between them, so the same ranks could be processes on several hosts, the id
+//! handed out through the environment as `torchrun` does (`docs/parallel.md`).
+use super::train::Trainer;
+use super::{Dataset, Epoch, Options};
+use crate::cuda::Gpu;
+use crate::nccl::{self, Comm, UniqueId};
+use anyhow::{Result, anyhow, ensure};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Trains `o.gpus` replicas on GPUs `first..first + o.gpus`, through NCCL even for one GPU.
+/// Rank 0 prints, evaluates and writes the metrics and checkpoints; its results are returned.
+pub fn train_data_parallel(first: usize, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
+    super::validate(o)?;
+    let world = o.gpus;
+    let present = Gpu::count()?;
+    ensure!(
+        first + world <= present,
+        "--gpus {world} needs GPUs {first} to {}, but only {present} present",
+        first + world - 1
+    );
+    let version = nccl::describe()?;
+    if !o.quiet {
+        println!(
+            "data parallel over {world} GPUs through NCCL {version}: {} rows of each batch per GPU",
+            o.batch / world
+        );
+    }
+    let id = UniqueId::new()?;
+    let meet = Meeting::new(world);
+    let results: Vec<Result<Vec<Epoch>>> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..world)
+            .map(|rank| {
+                let (meet, id) = (&meet, &id);
+                s.spawn(move || replica(rank, first + rank, id, meet, o, ds))
+            })
+            .collect();
+        ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    first_error(results)
+}
+
+/// Rank `rank`'s whole run on GPU `device`. Ranks meet after each step that may fail on one
+/// alone, so that none is left waiting in a collective for a rank that has stopped.
+fn replica(
+    rank: usize,
+    device: usize,
+    id: &UniqueId,
+    meet: &Meeting,
+    o: &Options,
+    ds: &Dataset,
+) -> Result<Vec<Epoch>> {
+    let gpu = meet.all_ok(Gpu::new(device))?;
+    gpu.ctx.bind_to_thread()?;
+    let comm = Comm::new(id, rank, o.gpus)?;
+    let o = if rank == 0 {
+        o.clone()
+    } else {
+        Options {
+            quiet: true,
+            metrics: None,
+            save: None,
+            ..o.clone()
+        }
+    };
+    let trainer = meet.all_ok(Trainer::new(&gpu, &o, ds, Some(&comm)))?;
+    trainer.run()
+}
+
+/// The error of a rank that stopped because another did.
+#[derive(Debug)]
+struct PeerFailed;
+
+impl std::fmt::Display for PeerFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("another GPU's replica failed")
+    }
+}
+
+impl std::error::Error for PeerFailed {}
+
+/// Rank 0's results, or the first error of a rank that failed by itself.
+fn first_error(results: Vec<Result<Vec<Epoch>>>) -> Result<Vec<Epoch>> {
+    let own = |e: &anyhow::Error| e.downcast_ref::<PeerFailed>().is_none();
+    if let Some(e) = results
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .find(|e| own(e))
+    {
+        return Err(anyhow!("{e:#}"));
+    }
+    results.into_iter().next().unwrap()
+}
+
+/// A point every rank reaches, learning there whether all got there without an error.
+struct Meeting {
+    barrier: Barrier,
+    failed: AtomicBool,
+}
+
+impl Meeting {
+    fn new(ranks: usize) -> Meeting {
+        Meeting {
+            barrier: Barrier::new(ranks),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// `r` once every rank has arrived, unless another rank arrived with an error.
+    fn all_ok<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        self.barrier.wait();
+        match r {
+            Ok(_) if self.failed.load(Ordering::SeqCst) => Err(PeerFailed.into()),
+            r => r,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_that_fails_stops_every_rank_and_its_error_is_reported() {
+        let meet = Meeting::new(3);
+        let results: Vec<Result<Vec<Epoch>>> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..3)
+                .map(|rank| {
+                    let meet = &meet;
+                    s.spawn(move || {
+                        let r = if rank == 2 {
+                            Err(anyhow!("GPU 2 is out of memory"))
+                        } else {
+                            Ok(vec![])
+                        };
+                        meet.all_ok(r)
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert!(results.iter().all(|r| r.is_err()));
+        let e = first_error(results).err().unwrap().to_string();
+        assert_eq!(e, "GPU 2 is out of memory");
+        let fine = Meeting::new(1);
+        assert!(fine.all_ok(Ok(1)).is_ok());
+    }
+}

@@ -1,0 +1,267 @@
+//! NCCL, loaded at run time from wherever the system or PyTorch installed `libnccl.so.2`: the
+//! few calls data-parallel training makes (a communicator per rank, sums in place).
+//!
+//! The bindings are our own, a handful of entry points of NCCL's stable C ABI: cudarc's NCCL
+//! loader looks only for names such as `libnccl.so`, and PyTorch's NCCL wheel ships only
+//! `libnccl.so.2`.
+use anyhow::{Context, Result, bail};
+use cudarc::driver::CudaStream;
+use half::f16;
+use libloading::Library;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+type Status = c_int;
+type RawComm = *mut c_void;
+
+/// What every rank of a communicator is given to find the others: made once, by rank 0, and
+/// passed to the rest (here to threads; between processes it would travel through the
+/// environment, as `torchrun` passes its rendezvous).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct UniqueId {
+    internal: [c_char; 128],
+}
+
+/// The NCCL library and its entry points (`ncclDataType_t` and `ncclRedOp_t` as C ints).
+struct Api {
+    path: String,
+    version: c_int,
+    get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> Status,
+    comm_init_rank: unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> Status,
+    comm_abort: unsafe extern "C" fn(RawComm) -> Status,
+    #[allow(clippy::type_complexity)]
+    all_reduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        RawComm,
+        *mut c_void,
+    ) -> Status,
+    error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    // The functions above point into the library: it lives as long as they do.
+    _lib: Library,
+}
+
+/// `ncclSum`.
+const SUM: c_int = 0;
+
+/// Element types NCCL sums, with their `ncclDataType_t`.
+pub trait Element {
+    const NCCL_TYPE: c_int;
+}
+impl Element for f16 {
+    const NCCL_TYPE: c_int = 6;
+}
+impl Element for f32 {
+    const NCCL_TYPE: c_int = 7;
+}
+
+/// The library, loaded on first use; the error says what was looked for, and where.
+fn api() -> Result<&'static Api> {
+    static API: OnceLock<Result<Api, String>> = OnceLock::new();
+    API.get_or_init(|| load().map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `libnccl.so.2` where the dynamic linker finds it (`LD_LIBRARY_PATH`, the system's library
+/// folders), else in the NCCL wheel PyTorch depends on.
+fn load() -> Result<Api> {
+    const NAME: &str = "libnccl.so.2";
+    let mut tried = vec![NAME.to_string()];
+    // SAFETY: loading NCCL runs only its initialisers, which have no preconditions.
+    if let Ok(lib) = unsafe { Library::new(NAME) } {
+        return bind(lib, NAME.into());
+    }
+    let packages = python_packages();
+    for p in packages.iter().filter_map(|dir| find_file(dir, NAME, 3)) {
+        tried.push(p.display().to_string());
+        if let Ok(lib) = unsafe { Library::new(&p) } {
+            return bind(lib, p.display().to_string());
+        }
+    }
+    let looked = if packages.is_empty() {
+        "python3 gave no nvidia or torch package to search".to_string()
+    } else {
+        format!("nor under {}", join(&packages))
+    };
+    bail!(
+        "NCCL could not be loaded: {NAME} is not on the library path (LD_LIBRARY_PATH, the system's folders), {looked}; install NCCL (or PyTorch) or add its lib folder to LD_LIBRARY_PATH (tried {})",
+        tried.join(", ")
+    )
+}
+
+fn bind(lib: Library, path: String) -> Result<Api> {
+    // SAFETY: each symbol has NCCL's C signature, as declared in its nccl.h since 2.x.
+    unsafe {
+        let get_version: unsafe extern "C" fn(*mut c_int) -> Status =
+            *lib.get(b"ncclGetVersion").context("ncclGetVersion")?;
+        let mut version = 0;
+        get_version(&mut version);
+        Ok(Api {
+            path,
+            version,
+            get_unique_id: *lib.get(b"ncclGetUniqueId")?,
+            comm_init_rank: *lib.get(b"ncclCommInitRank")?,
+            comm_abort: *lib.get(b"ncclCommAbort")?,
+            all_reduce: *lib.get(b"ncclAllReduce")?,
+            error_string: *lib.get(b"ncclGetErrorString")?,
+            _lib: lib,
+        })
+    }
+}
+
+/// The folders of the `nvidia` and `torch` Python packages, where PyTorch's NCCL wheel puts the
+/// library, as `python3` finds them (without importing them); none without a `python3`.
+fn python_packages() -> Vec<PathBuf> {
+    const FIND: &str = "import importlib.util as u\n\
+        for n in ('nvidia', 'torch'):\n    \
+        s = u.find_spec(n)\n    \
+        if s and s.submodule_search_locations:\n        \
+        print(*s.submodule_search_locations, sep='\\n')";
+    let out = std::process::Command::new("python3")
+        .args(["-c", FIND])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(PathBuf::from)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The first file called `name` in `dir` or its subfolders, at most `depth` levels down.
+fn find_file(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let f = dir.join(name);
+    if f.is_file() {
+        return Some(f);
+    }
+    let mut subdirs: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    subdirs.sort();
+    subdirs
+        .iter()
+        .filter(|_| depth > 0)
+        .find_map(|d| find_file(d, name, depth - 1))
+}
+
+fn join(paths: &[PathBuf]) -> String {
+    let v: Vec<_> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(", ")
+}
+
+/// The loaded library's version and path, e.g. "2.27.3 (/usr/lib/libnccl.so.2)", loading it
+/// if no call has yet.
+pub fn describe() -> Result<String> {
+    let a = api()?;
+    let v = a.version;
+    Ok(format!(
+        "{}.{}.{} ({})",
+        v / 10000,
+        v / 100 % 100,
+        v % 100,
+        a.path
+    ))
+}
+
+fn check(a: &Api, status: Status, what: &str) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: NCCL returns a static C string for every status.
+    let text = unsafe { CStr::from_ptr((a.error_string)(status)) };
+    bail!("NCCL {what} failed: {}", text.to_string_lossy())
+}
+
+impl UniqueId {
+    pub fn new() -> Result<UniqueId> {
+        let a = api()?;
+        let mut id = UniqueId { internal: [0; 128] };
+        check(a, unsafe { (a.get_unique_id)(&mut id) }, "ncclGetUniqueId")?;
+        Ok(id)
+    }
+}
+
+/// One rank's member of a communicator.
+pub struct Comm {
+    raw: RawComm,
+    rank: usize,
+    world: usize,
+}
+
+// SAFETY: a communicator may be used from any thread, one at a time; `Comm` hands out no
+// aliases of it.
+unsafe impl Send for Comm {}
+
+impl Comm {
+    /// Joins rank `rank` of `world` to the communicator of `id` on the GPU whose context is
+    /// current on this thread; returns once every rank has joined.
+    pub fn new(id: &UniqueId, rank: usize, world: usize) -> Result<Comm> {
+        let a = api()?;
+        let mut raw = std::ptr::null_mut();
+        let status = unsafe { (a.comm_init_rank)(&mut raw, world as c_int, *id, rank as c_int) };
+        check(a, status, "ncclCommInitRank")?;
+        Ok(Comm { raw, rank, world })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Queues on `stream` the sum over all ranks of the `count` elements at `ptr`, left in place
+    /// on every rank (captured into a graph if `stream` is capturing).
+    pub fn sum_in_place<T: Element>(
+        &self,
+        ptr: u64,
+        count: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let a = api()?;
+        let buf = ptr as *mut c_void;
+        let s = stream.cu_stream() as *mut c_void;
+        let status = unsafe { (a.all_reduce)(buf, buf, count, T::NCCL_TYPE, SUM, self.raw, s) };
+        check(a, status, "ncclAllReduce")
+    }
+}
+
+impl Drop for Comm {
+    /// Aborted rather than destroyed: abort never waits on other ranks, so a rank that stops
+    /// on an error does not hang; every rank's work has finished by the time its `Comm` drops.
+    fn drop(&mut self) {
+        if let Ok(a) = api() {
+            unsafe { (a.comm_abort)(self.raw) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_file_searches_a_few_levels_down() {
+        let root = std::env::temp_dir().join(format!("nccl-find-{}", std::process::id()));
+        let deep = root.join("nvidia/nccl/lib");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("libnccl.so.2"), b"").unwrap();
+        assert_eq!(
+            find_file(&root, "libnccl.so.2", 3),
+            Some(deep.join("libnccl.so.2"))
+        );
+        assert_eq!(find_file(&root, "libnccl.so.2", 2), None);
+        assert_eq!(find_file(&root.join("missing"), "libnccl.so.2", 3), None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -1,0 +1,82 @@
+//! Data-parallel training through NCCL against training on one GPU (GPU tests).
+use host::cuda::Gpu;
+use host::mlp::{Dataset, Options, train, train_data_parallel};
+
+fn layered() -> Options {
+    Options {
+        epochs: 1,
+        seed: 3,
+        quiet: true,
+        layered: true,
+        ..Options::default()
+    }
+}
+
+fn mnist() -> Dataset {
+    host::mnist::load(&host::mnist::default_dir()).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let ds = mnist();
+    let alone = train(&g, &layered(), &ds).unwrap();
+    let one = Options {
+        gpus: 1,
+        ..layered()
+    };
+    let replica = train_data_parallel(0, &one, &ds).unwrap();
+    // A sum over one rank changes nothing: the same steps, bit for bit.
+    assert_eq!(alone[0].step_losses, replica[0].step_losses);
+    assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
+    let many = Options {
+        gpus: 64,
+        batch: 128,
+        ..layered()
+    };
+    let e = train_data_parallel(0, &many, &ds)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("--gpus 64") && e.contains("present"), "{e}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_gpus_follow_the_loss_curve_of_one() {
+    let present = Gpu::count().expect("this test needs a CUDA GPU");
+    if present < 2 {
+        eprintln!("skipped: it needs two GPUs, and {present} is present");
+        return;
+    }
+    let g = Gpu::new(0).unwrap();
+    let ds = mnist();
+    let one = train(&g, &layered(), &ds).unwrap();
+    let two = Options {
+        gpus: 2,
+        ..layered()
+    };
+    let two = train_data_parallel(0, &two, &ds).unwrap();
+    let (a, b) = (&one[0], &two[0]);
+    assert_eq!(a.step_losses.len(), b.step_losses.len());
+    // The first step starts from the same weights on the same 128 rows: only rounding differs
+    // (two GEMMs of 64 rows, two fp16 gradients summed).
+    let (first_a, first_b) = (a.step_losses[0], b.step_losses[0]);
+    assert!(
+        (first_a - first_b).abs() < 0.01 * first_a,
+        "first step: one GPU {first_a}, two {first_b}"
+    );
+    assert!(
+        (a.train_loss - b.train_loss).abs() < 0.02 * a.train_loss,
+        "mean train loss of the epoch: one GPU {}, two {}",
+        a.train_loss,
+        b.train_loss
+    );
+    assert!(
+        (a.test_accuracy - b.test_accuracy).abs() < 0.005,
+        "test accuracy: one GPU {}, two {}",
+        a.test_accuracy,
+        b.test_accuracy
+    );
+}
