@@ -30,6 +30,11 @@ pub mod shuffle;
 /// Threads per block of the regression kernels (their grid-stride partial sums assume it).
 pub const REGRESSION_THREADS: u32 = 256;
 
+/// Columns of the bias gradient one block of `bias_grad` sums (two per lane of a warp), and the
+/// warps that share its rows.
+pub const BIAS_GRAD_COLS: u32 = 64;
+pub const BIAS_GRAD_WARPS: u32 = 32;
+
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]

@@ -3,6 +3,7 @@
 use crate::arch::*;
 use crate::params::GatherBatch;
 use crate::shuffle::permute;
+use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
 #[unsafe(no_mangle)]
@@ -103,16 +104,41 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(
     }
 }
 
-/// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix: the bias gradient.
+/// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix: the bias gradient. Each block sums
+/// [`BIAS_GRAD_COLS`] columns with [`BIAS_GRAD_WARPS`] warps: warp `w` takes rows `w`,
+/// `w + BIAS_GRAD_WARPS`, …, each lane two adjacent columns, so even a few columns (the logits')
+/// are summed by many warps at once. The warps' sums meet in shared memory and are added in
+/// warp order: the result does not depend on timing.
+/// Launch with `BIAS_GRAD_WARPS` warps and `BIAS_GRAD_WARPS × BIAS_GRAD_COLS` f32 of dynamic
+/// shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32, db: *mut u16) {
-    let j = global_x();
-    if j < cols {
-        let mut s = 0.0f32;
-        for i in 0..rows {
-            s += h2f(unsafe { *dy.add((i * cols + j) as usize) });
+    let first = block_x() * BIAS_GRAD_COLS;
+    let c = first + 2 * lane();
+    let mut sums = [0.0f32; 2];
+    let mut i = warp_id();
+    while i < rows {
+        for (k, sum) in sums.iter_mut().enumerate() {
+            let col = c + k as u32;
+            if col < cols {
+                *sum += h2f(unsafe { *dy.add((i * cols + col) as usize) });
+            }
         }
-        unsafe { *db.add(j as usize) = f2h(s) };
+        i += BIAS_GRAD_WARPS;
+    }
+    let partial = dynamic_shared::<f32>();
+    let row = warp_id() * BIAS_GRAD_COLS;
+    for (k, sum) in sums.into_iter().enumerate() {
+        unsafe { *partial.add((row + 2 * lane()) as usize + k) = sum };
+    }
+    sync_threads();
+    let t = thread_x();
+    if t < BIAS_GRAD_COLS && first + t < cols {
+        let mut s = 0.0f32;
+        for w in 0..BIAS_GRAD_WARPS {
+            s += unsafe { *partial.add((w * BIAS_GRAD_COLS + t) as usize) };
+        }
+        unsafe { *db.add((first + t) as usize) = f2h(s) };
     }
 }
 

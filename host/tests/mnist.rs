@@ -432,3 +432,29 @@ fn iris_with_default_flags_reaches_93_percent() {
     let acc = r.last().unwrap().test_accuracy;
     assert!(acc >= 0.93, "Iris test accuracy {:.1}%", 100.0 * acc);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bias_gradients_match_cpu_column_sums() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(11);
+    // A few columns over many rows (the logits'), one past a block's columns, several blocks.
+    for (rows, cols) in [(512, 10), (19, 65), (300, 131), (1, 4096)] {
+        let d: Vec<f16> = (0..rows * cols)
+            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let dd = g.upload(&d).unwrap();
+        let db = g.zeros::<f16>(cols).unwrap();
+        let s = &g.stream;
+        host::mlp::model::bias_grad(&g, dptr(&dd, s), rows, cols, dptr(&db, s)).unwrap();
+        let got = g.download(&db).unwrap();
+        for j in 0..cols {
+            let want: f32 = (0..rows).map(|i| d[i * cols + j].to_f32()).sum();
+            let got = got[j].to_f32();
+            assert!(
+                (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+                "{rows}×{cols} column {j}: {got} vs {want}"
+            );
+        }
+    }
+}

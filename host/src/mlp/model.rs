@@ -6,6 +6,7 @@ use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
+use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
 
 /// Weight initialisation schemes (biases start at zero).
@@ -100,6 +101,23 @@ pub struct Plan {
 /// (o×i×rows) and input gradient (rows×i×o), as (M, N, K).
 fn layer_shapes(rows: usize, i: usize, o: usize) -> [(usize, usize, usize); 3] {
     [(rows, o, i), (o, i, rows), (rows, i, o)]
+}
+
+/// `db[j] = Σ_i d[i][j]` over `rows` rows of a layer's `cols` outputs (fp16).
+pub fn bias_grad(gpu: &Gpu, d: u64, rows: usize, cols: usize, db: u64) -> Result<()> {
+    let f = gpu.function(kernels::BIAS_GRAD)?;
+    let (r, c) = (rows as u32, cols as u32);
+    let mut b = gpu.stream.launch_builder(&f);
+    b.arg(&d).arg(&r).arg(&c).arg(&db);
+    let cfg = LaunchConfig {
+        grid_dim: (c.div_ceil(BIAS_GRAD_COLS), 1, 1),
+        block_dim: (32 * BIAS_GRAD_WARPS, 1, 1),
+        shared_mem_bytes: 4 * BIAS_GRAD_COLS * BIAS_GRAD_WARPS,
+    };
+    // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
+    // caller's buffers outlive the queued work.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
 }
 
 impl<'g> Mlp<'g> {
@@ -290,11 +308,7 @@ impl<'g> Mlp<'g> {
                 self.g16(self.offsets[l].0),
                 0,
             )?;
-            let f = self.gpu.function(kernels::BIAS_GRAD)?;
-            let (r, c, db) = (rows as u32, o as u32, self.g16(self.offsets[l].1));
-            let mut b = s.launch_builder(&f);
-            b.arg(&d).arg(&r).arg(&c).arg(&db);
-            unsafe { b.launch(grid_1d(o, 128)) }?;
+            bias_grad(self.gpu, d, rows, o, self.g16(self.offsets[l].1))?;
             if l > 0 {
                 // d(input) = d · W: M = rows, N = in, K = out; then back through the ReLU.
                 let p = Problem::new(rows, i, o, Layout::NN);
