@@ -3,8 +3,9 @@
 
     python3 bench/report.py OUT_DIR [--host target/release/host] [--force]
 
-Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study), the regression sweep,
-Iris, and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
+Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study, and data-parallel scaling
+against PyTorch DDP where there are several GPUs), the regression sweep, Iris, and the memory
+comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
 (bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
 To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
 docs/results/NAME/ and write docs/RESULTS.md with
@@ -85,6 +86,20 @@ def step_widths():
     shutil.rmtree(out / "widths")
 
 
+def step_scaling():
+    """Data-parallel scaling against PyTorch DDP, where the machine has several GPUs."""
+    import os
+    gpus = int(sh([py, "-c", "import torch; print(torch.cuda.device_count())"], "scaling.log").strip())
+    if gpus < 2:
+        return
+    env = {**os.environ, "PYTHON": py}
+    r = subprocess.run(["bench/mnist_scaling.sh", out / "scaling", H], capture_output=True, text=True, env=env, timeout=1200)
+    with open(out / "scaling.log", "a") as f:
+        f.write(r.stdout + r.stderr)
+    shutil.move(out / "scaling" / "mnist_scaling.csv", out / "mnist_scaling.csv")
+    shutil.rmtree(out / "scaling")
+
+
 def step_regression():
     sh([H, "regression", "--sweep", "--csv", out / "regression_sweep.csv"], "regression.log")
     sh([H, "regression", "--variant", "unfused", "--trace", out / "regression_trace.json"], "regression.log")
@@ -134,7 +149,7 @@ def step_plots():
     (out / "plots.log").write_text(r.stdout + r.stderr)
 
 
-steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths),
+steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths), ("scaling", step_scaling),
          ("regression sweep", step_regression), ("Iris", step_iris), ("init study", step_init), ("plots", step_plots)]
 t0 = time.time()
 bar = tqdm(total=len(steps), unit="step") if tqdm else None

@@ -80,6 +80,23 @@ if w:
         md.append(f"| {h} | " + " | ".join(f"{vals[s]:.4f}" if vals[s] == vals[s] else "–" for s in systems) + f" | {sp:.2f}× |")
     md.append(f"\n![time per epoch]({a.images}mnist_widths.png)\n")
 
+sc = rows("mnist_scaling.csv")
+if sc:
+    t = defaultdict(list)
+    for r in sc:
+        if int(r["epoch"]) > 1:
+            t[(r["system"], int(r["hidden"]), int(r["gpus"]))].append(float(r["epoch_time_s"]))
+    batch = sc[0]["batch"]
+    md.append(f"## Data-parallel scaling (MNIST 784-H-10, global batch {batch}, `host mnist --gpus N` against PyTorch DDP)\n")
+    md.append("Seconds per epoch (epochs 2+), and throughput relative to the same system on one GPU.\n")
+    md.append("| hidden | GPUs | ours s | ours × one GPU | DDP s | DDP × one GPU | ours vs DDP |\n| --- | --- | --- | --- | --- | --- | --- |")
+    for h in sorted({k[1] for k in t}):
+        for g in sorted({k[2] for k in t if k[1] == h}):
+            o, p = mean(t.get(("ours", h, g), [])), mean(t.get(("pytorch", h, g), []))
+            o1, p1 = mean(t.get(("ours", h, 1), [])), mean(t.get(("pytorch", h, 1), []))
+            md.append(f"| {h} | {g} | {o:.4f} | {o1 / o:.2f}× | {p:.4f} | {p1 / p:.2f}× | {p / o:.2f}× |")
+    md.append("")
+
 # Regression
 rs = rows("regression_sweep.csv")
 if rs:

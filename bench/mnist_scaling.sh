@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Data-parallel scaling, ours (`host mnist --gpus N`) against PyTorch DDP (torchrun), on a machine
+# with several GPUs:
+#   bench/mnist_scaling.sh OUT_DIR [HOST_BINARY]
+# Writes OUT_DIR/mnist_scaling.csv (system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy).
+# GPUS (default: 1, 2, 4, … up to the GPUs present), WIDTHS (4096 8192), BATCH (512, global),
+# EPOCHS (3) override the sweep.
+set -euo pipefail
+out=${1:?output directory}; host=${2:-target/release/host}
+py=${PYTHON:-python3}
+present=$("$py" -c 'import torch; print(torch.cuda.device_count())')
+gpus=${GPUS:-$(g=1; while [ $g -le "$present" ]; do printf "%s " $g; g=$((g * 2)); done)}
+widths=${WIDTHS:-"4096 8192"}; batch=${BATCH:-512}; epochs=${EPOCHS:-3}
+mkdir -p "$out"
+csv="$out/mnist_scaling.csv"
+echo "system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy" > "$csv"
+for h in $widths; do
+  for g in $gpus; do
+    # mode: the engine the header line names
+    "$host" mnist --hidden "$h" --batch "$batch" --epochs "$epochs" --gpus "$g" 2>&1 \
+      | awk -v h="$h" -v g="$g" -v b="$batch" '/^MNIST/ {m = ($0 ~ /persistent kernel \(/) ? "persistent" : "graph"}
+                       /^epoch/ {gsub("%","",$11); print "ours," m "," g "," h "," b "," $2 "," $12 "," $11/100}' >> "$csv"
+    "$py" -m torch.distributed.run --standalone --nproc_per_node "$g" bench/pytorch/mnist_ddp.py \
+      --hidden "$h" --batch "$batch" --epochs "$epochs" --csv "$out/ddp.tmp" > /dev/null 2>&1 \
+      && tail -n +2 "$out/ddp.tmp" >> "$csv" || echo "pytorch ddp on $g GPUs at hidden $h failed" >&2
+    rm -f "$out/ddp.tmp"
+    echo "hidden $h on $g GPUs done" >&2
+  done
+done
