@@ -294,7 +294,6 @@ pub fn gemm<
             }
         }
     };
-    let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
     const {
         assert!(
             !ASYNC || BK.is_multiple_of(32),
@@ -305,96 +304,30 @@ pub fn gemm<
     // Launched as a dependent on sm_90: everything above is set-up that overlaps the kernel
     // before; its results are read (and C written) only after it has completed.
     wait_for_prior_grids();
+    // One K slice's copy of both operands into stage `s`.
+    let copy_async = |s: u32, kt: usize| {
+        let k0 = k_begin + (kt * BK) as u32;
+        let (r, c) = origin_a(k0);
+        ta.copy_async(a_stage(s), r, c, threads);
+        let (r, c) = origin_b(k0);
+        tb.copy_async(b_stage(s), r, c, threads);
+    };
+    // One K slice of both operands into registers, and from there into stage `s`.
+    let fetch = |kt: usize| {
+        let k0 = k_begin + (kt * BK) as u32;
+        let (r, c) = origin_a(k0);
+        let ra = load_regs::<CA>(&ta, r, c, threads);
+        let (r, c) = origin_b(k0);
+        (ra, load_regs::<CB>(&tb, r, c, threads))
+    };
+    let store = |s: u32, (ra, rb): &([[u32; 4]; CA], [[u32; 4]; CB])| {
+        store_regs(&ta, a_stage(s), threads, ra);
+        store_regs(&tb, b_stage(s), threads, rb);
+    };
     if ASYNC {
-        // Prologue: STAGES-1 slices in flight. Every thread commits one group per slice, empty
-        // or not, so that "wait until STAGES-2 groups remain" always means "the next slice
-        // landed".
-        for s in 0..STAGES as u32 - 1 {
-            if (s as usize) < ktiles {
-                let k0 = k_begin + s * BK as u32;
-                let (r, c) = origin_a(k0);
-                ta.copy_async(a_stage(s), r, c, threads);
-                let (r, c) = origin_b(k0);
-                tb.copy_async(b_stage(s), r, c, threads);
-            }
-            cp_async_commit();
-        }
-        let landed = || {
-            match STAGES {
-                2 => cp_async_wait::<0>(),
-                3 => cp_async_wait::<1>(),
-                4 => cp_async_wait::<2>(),
-                _ => cp_async_wait::<3>(),
-            }
-            sync_threads();
-        };
-        landed();
-        // Fragments of k step ks+1 load while step ks's mma run; the last step of a slice
-        // waits for the next slice first, so its first fragments load under those mma too.
-        let mut frags = [load(0, 0), empty()];
-        // Stages cycle: slice kt is read from `read`, slice kt + STAGES - 1 lands in `write`.
-        let after = |s: u32| if s + 1 == STAGES as u32 { 0 } else { s + 1 };
-        let (mut read, mut write) = (0, STAGES as u32 - 1);
-        for kt in 0..ktiles {
-            // The stage refilled here was last read in slice kt-1, by threads that have all
-            // passed the barrier of `landed` since.
-            let next = kt + STAGES - 1;
-            if next < ktiles {
-                let k0 = k_begin + (next * BK) as u32;
-                let s = write;
-                let (r, c) = origin_a(k0);
-                ta.copy_async(a_stage(s), r, c, threads);
-                let (r, c) = origin_b(k0);
-                tb.copy_async(b_stage(s), r, c, threads);
-            }
-            cp_async_commit();
-            for ks in 0..ksteps {
-                // Constant once unrolled; ksteps is even, so slice kt+1's first fragments land
-                // in buffer 0, where its step 0 reads them.
-                let cur = ks % 2;
-                if ks + 1 < ksteps {
-                    frags[1 - cur] = load(read, ks + 1);
-                } else if kt + 1 < ktiles {
-                    landed();
-                    frags[1 - cur] = load(after(read), 0);
-                }
-                let (af, bf) = &frags[cur];
-                mma_step(&mut acc, af, bf);
-            }
-            (read, write) = (after(read), after(write));
-        }
+        mainloop_async::<A, MI, NI, BK, STAGES>(&mut acc, ktiles, copy_async, load, mma_step);
     } else {
-        let (r, c) = origin_a(k_begin);
-        let mut ra = load_regs::<CA>(&ta, r, c, threads);
-        let (r, c) = origin_b(k_begin);
-        let mut rb = load_regs::<CB>(&tb, r, c, threads);
-        store_regs(&ta, a_stage(0), threads, &ra);
-        store_regs(&tb, b_stage(0), threads, &rb);
-        sync_threads();
-        for kt in 0..ktiles {
-            let more = kt + 1 < ktiles;
-            if more {
-                // Global loads of the next slice are in flight during this slice's mma.
-                let k0 = k_begin + ((kt + 1) * BK) as u32;
-                let (r, c) = origin_a(k0);
-                ra = load_regs::<CA>(&ta, r, c, threads);
-                let (r, c) = origin_b(k0);
-                rb = load_regs::<CB>(&tb, r, c, threads);
-            }
-            let mut frags = [load(kt as u32 % 2, 0), empty()];
-            for ks in 0..ksteps {
-                if ks + 1 < ksteps {
-                    frags[(ks + 1) % 2] = load(kt as u32 % 2, ks + 1);
-                }
-                let (af, bf) = &frags[ks % 2];
-                mma_step(&mut acc, af, bf);
-            }
-            if more {
-                store_regs(&ta, a_stage((kt as u32 + 1) % 2), threads, &ra);
-                store_regs(&tb, b_stage((kt as u32 + 1) % 2), threads, &rb);
-            }
-            sync_threads();
-        }
+        mainloop_staged::<A, MI, NI, BK, _>(&mut acc, ktiles, fetch, store, load, mma_step);
     }
 
     // The kernel after this one (the split-K reduction, the next GEMM) is a dependent launch
@@ -403,6 +336,125 @@ pub fn gemm<
     // up, unevenly, while they can do nothing but wait.
     launch_dependents();
 
+    store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
+}
+
+/// The mainloop with `cp.async` (sm_80+): `STAGES - 1` slices in flight while one is read.
+/// `copy(s, kt)` issues slice `kt`'s copies into stage `s`; `load(s, ks)` loads the fragments
+/// of k step `ks` of stage `s`, which `mma_step` multiplies into `acc`.
+#[inline(always)]
+fn mainloop_async<
+    A: Acc,
+    const MI: usize,
+    const NI: usize,
+    const BK: usize,
+    const STAGES: usize,
+>(
+    acc: &mut [[A; NI]; MI],
+    ktiles: usize,
+    copy: impl Fn(u32, usize),
+    load: impl Fn(u32, usize) -> ([[u32; 4]; MI], [[u32; 4]; NI]),
+    mma_step: impl Fn(&mut [[A; NI]; MI], &[[u32; 4]; MI], &[[u32; 4]; NI]),
+) {
+    let ksteps = BK / 16;
+    let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
+    // Prologue: STAGES-1 slices in flight. Every thread commits one group per slice, empty or
+    // not, so that "wait until STAGES-2 groups remain" always means "the next slice landed".
+    for s in 0..STAGES as u32 - 1 {
+        if (s as usize) < ktiles {
+            copy(s, s as usize);
+        }
+        cp_async_commit();
+    }
+    let landed = || {
+        match STAGES {
+            2 => cp_async_wait::<0>(),
+            3 => cp_async_wait::<1>(),
+            4 => cp_async_wait::<2>(),
+            _ => cp_async_wait::<3>(),
+        }
+        sync_threads();
+    };
+    landed();
+    // Fragments of k step ks+1 load while step ks's mma run; the last step of a slice waits
+    // for the next slice first, so its first fragments load under those mma too.
+    let mut frags = [load(0, 0), empty()];
+    // Stages cycle: slice kt is read from `read`, slice kt + STAGES - 1 lands in `write`.
+    let after = |s: u32| if s + 1 == STAGES as u32 { 0 } else { s + 1 };
+    let (mut read, mut write) = (0, STAGES as u32 - 1);
+    for kt in 0..ktiles {
+        // The stage refilled here was last read in slice kt-1, by threads that have all passed
+        // the barrier of `landed` since.
+        let next = kt + STAGES - 1;
+        if next < ktiles {
+            copy(write, next);
+        }
+        cp_async_commit();
+        for ks in 0..ksteps {
+            // Constant once unrolled; ksteps is even, so slice kt+1's first fragments land in
+            // buffer 0, where its step 0 reads them.
+            let cur = ks % 2;
+            if ks + 1 < ksteps {
+                frags[1 - cur] = load(read, ks + 1);
+            } else if kt + 1 < ktiles {
+                landed();
+                frags[1 - cur] = load(after(read), 0);
+            }
+            let (af, bf) = &frags[cur];
+            mma_step(acc, af, bf);
+        }
+        (read, write) = (after(read), after(write));
+    }
+}
+
+/// The mainloop with register staging (sm_75): the next slice is loaded into registers
+/// (`fetch(kt)`) while the tensor cores work on the current one, then stored to the other of
+/// two stages (`store(s, regs)`).
+#[inline(always)]
+fn mainloop_staged<A: Acc, const MI: usize, const NI: usize, const BK: usize, R>(
+    acc: &mut [[A; NI]; MI],
+    ktiles: usize,
+    fetch: impl Fn(usize) -> R,
+    store: impl Fn(u32, &R),
+    load: impl Fn(u32, usize) -> ([[u32; 4]; MI], [[u32; 4]; NI]),
+    mma_step: impl Fn(&mut [[A; NI]; MI], &[[u32; 4]; MI], &[[u32; 4]; NI]),
+) {
+    let ksteps = BK / 16;
+    let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);
+    let mut regs = fetch(0);
+    store(0, &regs);
+    sync_threads();
+    for kt in 0..ktiles {
+        let more = kt + 1 < ktiles;
+        if more {
+            // Global loads of the next slice are in flight during this slice's mma.
+            regs = fetch(kt + 1);
+        }
+        let mut frags = [load(kt as u32 % 2, 0), empty()];
+        for ks in 0..ksteps {
+            if ks + 1 < ksteps {
+                frags[(ks + 1) % 2] = load(kt as u32 % 2, ks + 1);
+            }
+            let (af, bf) = &frags[ks % 2];
+            mma_step(acc, af, bf);
+        }
+        if more {
+            store((kt as u32 + 1) % 2, &regs);
+        }
+        sync_threads();
+    }
+}
+
+/// The epilogue straight from the accumulators of the warp tile at `(wm0, wn0)` of the block
+/// tile at `(bm0, bn0)`.
+#[inline(always)]
+fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const NI: usize>(
+    p: Args,
+    ws: *mut f32,
+    acc: &[[A; NI]; MI],
+    (bm0, bn0): (u32, u32),
+    (wm0, wn0): (usize, usize),
+) {
     // Epilogue straight from the accumulators, fully unrolled, so every accumulator is a named
     // register (a run-time index would move them to local memory). A block tile inside C with
     // nothing to read from it (beta = 0) and aligned pairs stores each pair inline as one 4-byte
