@@ -4,7 +4,7 @@
 //! Fragments are the registers each lane holds (layouts in [`crate::layout`]):
 //! an `f16x2` register is a `u32`; an fp32 accumulator fragment is `[f32; 4]`.
 use super::convert::{add_h2, h2f, pack_h2, unpack_h2};
-use super::memory::{ld_shared_v2, ld_shared_v4, st_shared_v2, st_shared_v4};
+use super::memory::{ld_shared_v2, ld_shared_v4, st_shared_u32, st_shared_v2, st_shared_v4};
 use core::arch::asm;
 
 /// `D = A·B + D` on a 16×8×8 tile, fp16 inputs and fp16 accumulators (sm_75+).
@@ -173,6 +173,16 @@ impl Acc for [f32; 4] {
         let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
         [a0 + b0, a1 + b1]
     }
+}
+
+/// An f32 result fragment of an `m16n8` `mma` to a row-major fp16 tile in shared memory at
+/// `base`, `stride` elements a row, as the fragment lays it out: this lane's pairs go to rows
+/// `row` and `row + 8`, columns `col` and `col + 1` (`row`, `col`: the lane's group and twice its
+/// index in the group, plus the fragment's origin).
+#[inline(always)]
+pub fn st_shared_frag_f16(base: u32, stride: u32, row: u32, col: u32, d: [f32; 4]) {
+    st_shared_u32(base + (row * stride + col) * 2, pack_h2(d[0], d[1]));
+    st_shared_u32(base + ((row + 8) * stride + col) * 2, pack_h2(d[2], d[3]));
 }
 
 /// An accumulator fragment to shared memory as one 8- or 16-byte access.

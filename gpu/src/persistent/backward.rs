@@ -31,14 +31,7 @@ pub fn hidden_grad(b: &Block, hf: &[f32; 4]) {
             db1[e & 1] += d[e];
         }
         let row = (16 * w + g) as u32;
-        st_shared_u32(
-            b.dh() + (row * UNITS as u32 + 2 * t as u32) * 2,
-            pack_h2(d[0], d[1]),
-        );
-        st_shared_u32(
-            b.dh() + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
-            pack_h2(d[2], d[3]),
-        );
+        st_shared_frag_f16(b.dh(), UNITS as u32, row, 2 * t as u32, d);
         for m in 0..3 {
             db1[0] += shfl_xor_f32(db1[0], 4 << m);
             db1[1] += shfl_xor_f32(db1[1], 4 << m);

@@ -49,14 +49,7 @@ pub fn hidden<A: Acc>(b: &Block, s: &Step) -> [f32; 4] {
             hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
         }
         let row = (16 * b.warp + g) as u32;
-        st_shared_u32(
-            b.h() + (row * UNITS as u32 + 2 * t as u32) * 2,
-            pack_h2(hf[0], hf[1]),
-        );
-        st_shared_u32(
-            b.h() + ((row + 8) * UNITS as u32 + 2 * t as u32) * 2,
-            pack_h2(hf[2], hf[3]),
-        );
+        st_shared_frag_f16(b.h(), UNITS as u32, row, 2 * t as u32, hf);
     }
     hf
 }
