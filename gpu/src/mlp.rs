@@ -1,7 +1,7 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
 use crate::arch::*;
-use crate::params::GatherBatch;
+use crate::params::{GatherBatch, SoftmaxCe};
 use crate::shuffle::permute;
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
@@ -44,19 +44,15 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
 /// one f32 of dynamic shared memory per warp.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn softmax_ce(
-    logits: *const u16,
-    ld: u32,
-    labels: *const u8,
-    rows: u32,
-    classes: u32,
-    dlogits: *mut u16,
-    scale: f32,
-    loss: *mut f32,
-    correct: *mut f32,
-    step: *const u32,
-) {
+pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
+    let (logits, labels) = (p.logits as *const u16, p.labels as *const u8);
+    let (dlogits, loss, correct) = (
+        p.dlogits as *mut u16,
+        p.loss as *mut f32,
+        p.correct as *mut f32,
+    );
+    let step = p.step as *const u32;
+    let (ld, rows, classes, scale) = (p.ld, p.rows, p.classes, p.scale);
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
     let mut r = thread_x();
     while r < rows {

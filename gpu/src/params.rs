@@ -24,3 +24,27 @@ pub struct GatherBatch {
     pub step: u64,
     pub seed: u64,
 }
+
+/// The parameters of `softmax_ce`: softmax cross-entropy of `rows` rows of `classes` logits
+/// against their labels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SoftmaxCe {
+    /// The logits, fp16, row `r` from element `r·ld`; the labels, a `u8` per row.
+    pub logits: u64,
+    pub labels: u64,
+    pub rows: u32,
+    pub classes: u32,
+    pub ld: u32,
+    /// The factor that scales the logits' gradient.
+    pub scale: f32,
+    /// The logits' gradient, `rows × classes` fp16 (dense), or 0 for none.
+    pub dlogits: u64,
+    /// Where the mean loss and the count of rows whose arg-max is the label go (f32 each), in
+    /// slot `*step`.
+    pub loss: u64,
+    pub correct: u64,
+    /// Where the slot is read (`u32`), so that a replayed graph fills one slot per step; 0
+    /// for slot 0.
+    pub step: u64,
+}
