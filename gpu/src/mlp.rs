@@ -1,7 +1,7 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
 use crate::arch::*;
-use crate::params::{GatherBatch, SoftmaxCe};
+use crate::params::{GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
@@ -127,15 +127,10 @@ pub unsafe extern "ptx-kernel" fn relu_backward(dh: *mut u16, h: *const u16, n: 
 /// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,
 /// `w -= lr·v` on the fp32 master weights, then the fp16 copy the GEMMs read.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn sgd_update(
-    w: *mut f32,
-    w16: *mut u16,
-    g: *const u16,
-    v: *mut f32,
-    n: u32,
-    lr: f32,
-    momentum: f32,
-) {
+pub unsafe extern "ptx-kernel" fn sgd_update(p: SgdUpdate) {
+    let (w, w16) = (p.w as *mut f32, p.w16 as *mut u16);
+    let (g, v) = (p.g as *const u16, p.v as *mut f32);
+    let (n, lr, momentum) = (p.n, p.lr, p.momentum);
     grid_stride(n, |i| {
         let k = i as usize;
         unsafe {

@@ -48,3 +48,18 @@ pub struct SoftmaxCe {
     /// for slot 0.
     pub step: u64,
 }
+
+/// The parameters of `sgd_update`: one step of SGD with momentum over `n` parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SgdUpdate {
+    /// The fp32 master weights, their fp16 copy, the fp16 gradients and the fp32 momentum,
+    /// `n` each.
+    pub w: u64,
+    pub w16: u64,
+    pub g: u64,
+    pub v: u64,
+    pub n: u32,
+    pub lr: f32,
+    pub momentum: f32,
+}

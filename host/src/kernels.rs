@@ -117,13 +117,14 @@ mod tests {
     #[test]
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
-        use gpu::params::{GatherBatch, SoftmaxCe};
+        use gpu::params::{GatherBatch, SgdUpdate, SoftmaxCe};
         fn block<T>(name: &'static str) -> (&'static str, String) {
             (name, one_block::<T>(name))
         }
         let blocks = [
             block::<GatherBatch>(GATHER_BATCH),
             block::<SoftmaxCe>(SOFTMAX_CE),
+            block::<SgdUpdate>(SGD_UPDATE),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {

@@ -6,7 +6,7 @@ use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
-use gpu::params::SoftmaxCe;
+use gpu::params::{SgdUpdate, SoftmaxCe};
 use half::f16;
 
 /// Weight initialisation schemes (biases start at zero).
@@ -313,15 +313,20 @@ impl<'g> Mlp<'g> {
 
     /// One SGD step over every parameter, in one launch.
     pub fn update(&self, lr: f32, momentum: f32) -> Result<()> {
+        let p = ParamBlock(SgdUpdate {
+            w: self.w32.ptr,
+            w16: self.w16.ptr,
+            g: self.g16.ptr,
+            v: self.vel.ptr,
+            n: self.n_params as u32,
+            lr,
+            momentum,
+        });
         let f = self.gpu.function(kernels::SGD_UPDATE)?;
-        let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
-        // Master weights, their fp16 copy, the gradients and the momentum, all `n` long.
-        b.arg(&self.w32.ptr)
-            .arg(&self.w16.ptr)
-            .arg(&self.g16.ptr)
-            .arg(&self.vel.ptr);
-        b.arg(&n).arg(&lr).arg(&momentum);
+        b.arg(&p);
+        // SAFETY: the kernel's one parameter is an `SgdUpdate`; the buffers are the model's,
+        // carved from an arena that outlives the queued work.
         unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
         Ok(())
     }
