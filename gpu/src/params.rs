@@ -63,3 +63,70 @@ pub struct SgdUpdate {
     pub lr: f32,
     pub momentum: f32,
 }
+
+/// The parameters of `regression_generate`: `n` points of `y = w·x + b + noise·N(0, 1)` in the
+/// split order keyed `seed`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RegressionGenerate {
+    /// Where the points go: `n` f32 each.
+    pub x: u64,
+    pub y: u64,
+    pub n: u32,
+    /// The line and the standard deviation of its noise.
+    pub w: f32,
+    pub b: f32,
+    pub noise: f32,
+    pub seed: u32,
+}
+
+/// The parameters of `regression_fused`: the partial sums of `n` points, by blocks
+/// `block_offset..` of a grid of `blocks`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RegressionFused {
+    /// The points: `n` f32 each.
+    pub x: u64,
+    pub y: u64,
+    /// `w` and `b` (f32 each).
+    pub params: u64,
+    /// The partial sums: three f64 per block of the whole grid.
+    pub partials: u64,
+    pub n: u32,
+    pub block_offset: u32,
+    pub blocks: u32,
+}
+
+/// The gradient step of the regression kernels that end an epoch: from the sums over `n`
+/// points, the epoch's loss into `history[*epoch]`, the step of `params` with learning rate
+/// `lr`, then `*epoch += 1`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RegressionStep {
+    /// `w` and `b` (f32 each).
+    pub params: u64,
+    /// The loss of each epoch (f32) and the epoch (`u32`).
+    pub history: u64,
+    pub epoch: u64,
+    /// The points the sums are over, and the learning rate.
+    pub n: u32,
+    pub lr: f32,
+}
+
+/// The parameters of `regression_update`: the step from the totals `sums` (three f64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RegressionUpdate {
+    pub sums: u64,
+    pub step: RegressionStep,
+}
+
+/// The parameters of `regression_reduce_update`: the step from the totals of `blocks` partial
+/// triples (f64) at `partials`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RegressionReduceUpdate {
+    pub partials: u64,
+    pub blocks: u32,
+    pub step: RegressionStep,
+}

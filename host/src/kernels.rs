@@ -117,7 +117,10 @@ mod tests {
     #[test]
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
-        use gpu::params::{GatherBatch, SgdUpdate, SoftmaxCe};
+        use gpu::params::{
+            GatherBatch, RegressionFused, RegressionGenerate, RegressionReduceUpdate,
+            RegressionUpdate, SgdUpdate, SoftmaxCe,
+        };
         fn block<T>(name: &'static str) -> (&'static str, String) {
             (name, one_block::<T>(name))
         }
@@ -125,6 +128,10 @@ mod tests {
             block::<GatherBatch>(GATHER_BATCH),
             block::<SoftmaxCe>(SOFTMAX_CE),
             block::<SgdUpdate>(SGD_UPDATE),
+            block::<RegressionGenerate>(REGRESSION_GENERATE),
+            block::<RegressionFused>(REGRESSION_FUSED),
+            block::<RegressionUpdate>(REGRESSION_UPDATE),
+            block::<RegressionReduceUpdate>(REGRESSION_REDUCE_UPDATE),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {
