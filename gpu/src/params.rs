@@ -130,3 +130,20 @@ pub struct RegressionReduceUpdate {
     pub blocks: u32,
     pub step: RegressionStep,
 }
+
+/// The parameters of `mlp1_persistent_shuffle`: rows `0..count` of the epoch keyed `seed` of a
+/// training set of `n` examples, in the layout the persistent kernel copies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PersistentShuffle {
+    /// The training set: `n` rows of `dim` fp16 features, and a `u8` label each.
+    pub x: u64,
+    pub y: u64,
+    /// The rows in shuffled order, [`row_stride`](crate::persistent::row_stride)`(dim)` bytes
+    /// each.
+    pub out: u64,
+    pub n: u32,
+    pub dim: u32,
+    pub seed: u32,
+    pub count: u32,
+}

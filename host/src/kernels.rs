@@ -118,8 +118,8 @@ mod tests {
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
         use gpu::params::{
-            GatherBatch, RegressionFused, RegressionGenerate, RegressionReduceUpdate,
-            RegressionUpdate, SgdUpdate, SoftmaxCe,
+            GatherBatch, PersistentShuffle, RegressionFused, RegressionGenerate,
+            RegressionReduceUpdate, RegressionUpdate, SgdUpdate, SoftmaxCe,
         };
         fn block<T>(name: &'static str) -> (&'static str, String) {
             (name, one_block::<T>(name))
@@ -132,6 +132,7 @@ mod tests {
             block::<RegressionFused>(REGRESSION_FUSED),
             block::<RegressionUpdate>(REGRESSION_UPDATE),
             block::<RegressionReduceUpdate>(REGRESSION_REDUCE_UPDATE),
+            block::<PersistentShuffle>(PERSISTENT_SHUFFLE),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {
