@@ -1,7 +1,7 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
 use crate::arch::*;
-use crate::params::GatherBatch;
+use crate::params::{GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
 use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 
@@ -45,19 +45,15 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
 /// one f32 of dynamic shared memory per warp.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn softmax_ce(
-    logits: *const u16,
-    ld: u32,
-    labels: *const u8,
-    rows: u32,
-    classes: u32,
-    dlogits: *mut u16,
-    scale: f32,
-    loss: *mut f32,
-    correct: *mut f32,
-    step: *const u32,
-) {
+pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
+    let (logits, labels) = (p.logits as *const u16, p.labels as *const u8);
+    let (dlogits, loss, correct) = (
+        p.dlogits as *mut u16,
+        p.loss as *mut f32,
+        p.correct as *mut f32,
+    );
+    let step = p.step as *const u32;
+    let (ld, rows, classes, scale) = (p.ld, p.rows, p.classes, p.scale);
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
     let mut r = thread_x();
     while r < rows {
@@ -157,15 +153,10 @@ pub unsafe extern "ptx-kernel" fn relu_backward(dh: *mut u16, h: *const u16, n: 
 /// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,
 /// `w -= lr·v` on the fp32 master weights, then the fp16 copy the GEMMs read.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn sgd_update(
-    w: *mut f32,
-    w16: *mut u16,
-    g: *const u16,
-    v: *mut f32,
-    n: u32,
-    lr: f32,
-    momentum: f32,
-) {
+pub unsafe extern "ptx-kernel" fn sgd_update(p: SgdUpdate) {
+    let (w, w16) = (p.w as *mut f32, p.w16 as *mut u16);
+    let (g, v) = (p.g as *const u16, p.v as *mut f32);
+    let (n, lr, momentum) = (p.n, p.lr, p.momentum);
     grid_stride(n, |i| {
         let k = i as usize;
         unsafe {

@@ -5,6 +5,9 @@
 //! Partial sums per block, in f64: `[Σ r², Σ r·x, Σ r]` with `r = (w·x + b) − y`; then
 //! loss = Σr²/n, ∂w = 2Σr·x/n, ∂b = 2Σr/n.
 use crate::arch::*;
+use crate::params::{
+    RegressionFused, RegressionGenerate, RegressionReduceUpdate, RegressionStep, RegressionUpdate,
+};
 use crate::philox::{philox4x32_10, uniform};
 use crate::shuffle::permute;
 
@@ -15,16 +18,9 @@ use crate::REGRESSION_THREADS as THREADS;
 /// over [0, 10)), `y_j = w·x_j + b + noise·N(0, 1)`, the normal draw by Box–Muller from
 /// Philox4x32-10 with counter `(j, 0, 0, 0)` and key `(seed, 0)`.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn regression_generate(
-    x: *mut f32,
-    y: *mut f32,
-    n: u32,
-    w: f32,
-    b: f32,
-    noise: f32,
-    seed: u32,
-) {
+pub unsafe extern "ptx-kernel" fn regression_generate(p: RegressionGenerate) {
+    let (x, y) = (p.x as *mut f32, p.y as *mut f32);
+    let (n, w, b, noise, seed) = (p.n, p.w, p.b, p.noise, p.seed);
     grid_stride(n, |k| {
         let j = permute(k, n, seed);
         let xv = 10.0 * (j as f64 / n as f64) as f32;
@@ -116,18 +112,11 @@ pub unsafe extern "ptx-kernel" fn regression_grad_partials(
 /// numbered from `block_offset` in a grid of `blocks`, so the pass can be split over streams
 /// and still produce exactly the partials of one launch.
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn regression_fused(
-    x: *const f32,
-    y: *const f32,
-    n: u32,
-    params: *const f32,
-    partials: *mut f64,
-    block_offset: u32,
-    blocks: u32,
-) {
+pub unsafe extern "ptx-kernel" fn regression_fused(p: RegressionFused) {
+    let (x, y) = (p.x as *const f32, p.y as *const f32);
+    let (params, partials) = (p.params as *const f32, p.partials as *mut f64);
     let (w, b) = unsafe { (*params, *params.add(1)) };
-    partial_sums(n, block_offset + block_x(), blocks, partials, |i| {
+    partial_sums(p.n, p.block_offset + block_x(), p.blocks, partials, |i| {
         let xv = unsafe { *x.add(i as usize) };
         (w * xv + b - unsafe { *y.add(i as usize) }, xv)
     });
@@ -155,8 +144,9 @@ fn reduce(partials: *const f64, blocks: u32) -> [f64; 3] {
 /// The gradient step from the sums (one thread): records the loss of this epoch in
 /// `history[*epoch]`, updates `params`, advances `*epoch`.
 #[inline(always)]
-fn step(sums: [f64; 3], n: u32, params: *mut f32, lr: f32, history: *mut f32, epoch: *mut u32) {
-    let n = n as f64;
+fn step(sums: [f64; 3], p: RegressionStep) {
+    let (params, history) = (p.params as *mut f32, p.history as *mut f32);
+    let (epoch, n, lr) = (p.epoch as *mut u32, p.n as f64, p.lr);
     unsafe {
         let e = *epoch as usize;
         *history.add(e) = (sums[0] / n) as f32;
@@ -184,40 +174,18 @@ pub unsafe extern "ptx-kernel" fn regression_reduce(
 
 /// Unfused op 5, update (one thread).
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn regression_update(
-    sums: *const f64,
-    n: u32,
-    params: *mut f32,
-    lr: f32,
-    history: *mut f32,
-    epoch: *mut u32,
-) {
+pub unsafe extern "ptx-kernel" fn regression_update(p: RegressionUpdate) {
+    let sums = p.sums as *const f64;
     if global_x() == 0 {
-        step(
-            unsafe { [*sums, *sums.add(1), *sums.add(2)] },
-            n,
-            params,
-            lr,
-            history,
-            epoch,
-        );
+        step(unsafe { [*sums, *sums.add(1), *sums.add(2)] }, p.step);
     }
 }
 
 /// The fused path's second kernel: reduction and update together (one block).
 #[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn regression_reduce_update(
-    partials: *const f64,
-    blocks: u32,
-    n: u32,
-    params: *mut f32,
-    lr: f32,
-    history: *mut f32,
-    epoch: *mut u32,
-) {
-    let s = reduce(partials, blocks);
+pub unsafe extern "ptx-kernel" fn regression_reduce_update(p: RegressionReduceUpdate) {
+    let s = reduce(p.partials as *const f64, p.blocks);
     if thread_x() == 0 {
-        step(s, n, params, lr, history, epoch);
+        step(s, p.step);
     }
 }

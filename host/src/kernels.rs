@@ -112,15 +112,30 @@ mod tests {
         }
     }
 
-    /// Kernels taking one block of `gpu::params` declare exactly that block in every PTX:
-    /// host and kernel agree on its size and alignment.
+    /// Kernels taking one block of `gpu::params` declare exactly that block in every PTX that
+    /// has them: host and kernel agree on its size and alignment.
     #[test]
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
-        use gpu::params::GatherBatch;
+        use gpu::params::{
+            GatherBatch, PersistentShuffle, RegressionFused, RegressionGenerate,
+            RegressionReduceUpdate, RegressionUpdate, SgdUpdate, SoftmaxCe,
+        };
+        fn block<T>(name: &'static str) -> (&'static str, String) {
+            (name, one_block::<T>(name))
+        }
+        let blocks = [
+            block::<GatherBatch>(GATHER_BATCH),
+            block::<SoftmaxCe>(SOFTMAX_CE),
+            block::<SgdUpdate>(SGD_UPDATE),
+            block::<RegressionGenerate>(REGRESSION_GENERATE),
+            block::<RegressionFused>(REGRESSION_FUSED),
+            block::<RegressionUpdate>(REGRESSION_UPDATE),
+            block::<RegressionReduceUpdate>(REGRESSION_REDUCE_UPDATE),
+            block::<PersistentShuffle>(PERSISTENT_SHUFFLE),
+        ];
         for p in EMBEDDED {
-            let blocks = [(GATHER_BATCH, one_block::<GatherBatch>(GATHER_BATCH))];
-            for (name, block) in blocks {
+            for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {
                 assert_eq!(
                     parameters(p.source, name),
                     Some(block.as_str()),

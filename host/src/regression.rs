@@ -1,11 +1,14 @@
 //! `host regression`: the seed study's linear regression, `y = w·x + b` by full-batch gradient
 //! descent on MSE, in four variants that compute identical results at different speeds.
-use crate::cuda::{Arena, Buf, Gpu, PushKernelArg};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg};
 use crate::kernels;
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::REGRESSION_THREADS as THREADS;
+use gpu::params::{
+    RegressionFused, RegressionGenerate, RegressionReduceUpdate, RegressionStep, RegressionUpdate,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -158,16 +161,18 @@ impl<'g> Regression<'g> {
         fits(n, need, gpu.mem_info()?.0)?;
         let mut arena = Arena::new(gpu, need)?;
         let (x, y, pred, resid, partials, sums, params, history, epoch) = carve(&mut arena)?;
+        let p = ParamBlock(RegressionGenerate {
+            x: x.ptr,
+            y: y.ptr,
+            n: n as u32,
+            w: o.w,
+            b: o.b,
+            noise: o.noise,
+            seed: o.seed,
+        });
         let f = gpu.function(kernels::REGRESSION_GENERATE)?;
-        let (n32, seed) = (n as u32, o.seed);
         let mut l = gpu.stream.launch_builder(&f);
-        l.arg(&x.ptr)
-            .arg(&y.ptr)
-            .arg(&n32)
-            .arg(&o.w)
-            .arg(&o.b)
-            .arg(&o.noise)
-            .arg(&seed);
+        l.arg(&p);
         unsafe { l.launch(crate::cuda::grid_1d(n, THREADS)) }?;
         let streams = (0..o.streams)
             .map(|_| gpu.ctx.new_stream())
@@ -227,14 +232,13 @@ impl<'g> Regression<'g> {
         unsafe { l.launch(block_cfg(self.blocks, true)) }?;
         self.reduce_into_sums()?;
         mark("backward")?;
+        let p = ParamBlock(RegressionUpdate {
+            sums: self.sums.ptr,
+            step: self.gradient_step(),
+        });
         let f = self.f(kernels::REGRESSION_UPDATE)?;
         let mut l = s.launch_builder(&f);
-        l.arg(&self.sums.ptr)
-            .arg(&n)
-            .arg(&self.params.ptr)
-            .arg(&self.o.lr)
-            .arg(&self.history.ptr)
-            .arg(&self.epoch.ptr);
+        l.arg(&p);
         unsafe { l.launch(block_cfg(1, false)) }?;
         mark("update")
     }
@@ -258,34 +262,45 @@ impl<'g> Regression<'g> {
         first: usize,
         count: usize,
     ) -> Result<()> {
+        let p = ParamBlock(RegressionFused {
+            x: self.x.at(off),
+            y: self.y.at(off),
+            params: self.params.ptr,
+            partials: self.partials.ptr,
+            n: n as u32,
+            block_offset: first as u32,
+            blocks: self.blocks as u32,
+        });
         let f = self.f(kernels::REGRESSION_FUSED)?;
-        let (n32, first32, total) = (n as u32, first as u32, self.blocks as u32);
-        let (x, y) = (self.x.at(off), self.y.at(off));
         let mut l = stream.launch_builder(&f);
-        l.arg(&x)
-            .arg(&y)
-            .arg(&n32)
-            .arg(&self.params.ptr)
-            .arg(&self.partials.ptr)
-            .arg(&first32)
-            .arg(&total);
+        l.arg(&p);
         unsafe { l.launch(block_cfg(count, true)) }?;
         Ok(())
     }
 
     fn reduce_update(&self) -> Result<()> {
+        let p = ParamBlock(RegressionReduceUpdate {
+            partials: self.partials.ptr,
+            blocks: self.blocks as u32,
+            step: self.gradient_step(),
+        });
         let f = self.f(kernels::REGRESSION_REDUCE_UPDATE)?;
-        let (blocks, n) = (self.blocks as u32, self.n_train as u32);
         let mut l = self.gpu.stream.launch_builder(&f);
-        l.arg(&self.partials.ptr)
-            .arg(&blocks)
-            .arg(&n)
-            .arg(&self.params.ptr)
-            .arg(&self.o.lr)
-            .arg(&self.history.ptr)
-            .arg(&self.epoch.ptr);
+        l.arg(&p);
         unsafe { l.launch(block_cfg(1, true)) }?;
         Ok(())
+    }
+
+    /// The gradient step that ends an epoch: over the training points, into `params`,
+    /// recording the loss in `history`.
+    fn gradient_step(&self) -> RegressionStep {
+        RegressionStep {
+            params: self.params.ptr,
+            history: self.history.ptr,
+            epoch: self.epoch.ptr,
+            n: self.n_train as u32,
+            lr: self.o.lr,
+        }
     }
 
     /// One fused epoch with the pass split over the extra streams: each takes a contiguous range

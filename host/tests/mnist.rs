@@ -1,9 +1,10 @@
 //! MLP training on the GPU against the CPU reference (GPU tests).
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::Accum;
+use gpu::params::PersistentShuffle;
 use gpu::persistent::{label_offset, row_stride};
 use half::f16;
-use host::cuda::{Arena, Gpu, PushKernelArg, dptr};
+use host::cuda::{Arena, Gpu, ParamBlock, PushKernelArg, dptr};
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Persistent, Support};
 use host::mlp::{Dataset, Options, reference, train};
@@ -104,19 +105,20 @@ fn persistent_shuffle_matches_cpu() {
         let stride = row_stride(dim);
         let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&y).unwrap());
         let s = &g.stream;
-        let (n32, dim32, count32) = (n as u32, dim as u32, count as u32);
         for blocks in [count.div_ceil(8) as u32, 3] {
             // Filled with a pattern the kernel must overwrite everywhere, padding included.
             let out = g.upload(&vec![0xa5u8; count * stride]).unwrap();
-            let (xp, yp, op) = (dptr(&dx, s), dptr(&dy, s), dptr(&out, s));
+            let p = ParamBlock(PersistentShuffle {
+                x: dptr(&dx, s),
+                y: dptr(&dy, s),
+                out: dptr(&out, s),
+                n: n as u32,
+                dim: dim as u32,
+                seed,
+                count: count as u32,
+            });
             let mut l = s.launch_builder(&f);
-            l.arg(&xp)
-                .arg(&yp)
-                .arg(&n32)
-                .arg(&dim32)
-                .arg(&seed)
-                .arg(&count32)
-                .arg(&op);
+            l.arg(&p);
             let cfg = LaunchConfig {
                 grid_dim: (blocks, 1, 1),
                 block_dim: (256, 1, 1),

@@ -1,6 +1,7 @@
 //! The kernel that lays out an epoch's rows for the training kernel.
 use super::{WARPS, row_stride};
 use crate::arch::*;
+use crate::params::PersistentShuffle;
 use crate::shuffle::permute;
 
 /// Writes rows `0..count` of an epoch's shuffled training set (`n` examples of `dim` fp16
@@ -11,15 +12,9 @@ use crate::shuffle::permute;
 /// bytes a lane and access; `dim` is a multiple of 16, as the training kernel needs (then
 /// the stride is the features and one 16-byte chunk for the label).
 #[unsafe(export_name = "mlp1_persistent_shuffle")]
-unsafe extern "ptx-kernel" fn shuffle(
-    x: *const u16,
-    y: *const u8,
-    n: u32,
-    dim: u32,
-    seed: u32,
-    count: u32,
-    out: *mut u8,
-) {
+unsafe extern "ptx-kernel" fn shuffle(p: PersistentShuffle) {
+    let (x, y, out) = (p.x as *const u16, p.y as *const u8, p.out as *mut u8);
+    let (n, dim, seed, count) = (p.n, p.dim, p.seed, p.count);
     #[repr(C, align(16))]
     #[derive(Clone, Copy)]
     struct Chunk([u32; 4]);

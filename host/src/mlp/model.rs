@@ -1,11 +1,12 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
-use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
+use gpu::params::{SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
 
@@ -326,15 +327,20 @@ impl<'g> Mlp<'g> {
 
     /// One SGD step over every parameter, in one launch.
     pub fn update(&self, lr: f32, momentum: f32) -> Result<()> {
+        let p = ParamBlock(SgdUpdate {
+            w: self.w32.ptr,
+            w16: self.w16.ptr,
+            g: self.g16.ptr,
+            v: self.vel.ptr,
+            n: self.n_params as u32,
+            lr,
+            momentum,
+        });
         let f = self.gpu.function(kernels::SGD_UPDATE)?;
-        let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
-        // Master weights, their fp16 copy, the gradients and the momentum, all `n` long.
-        b.arg(&self.w32.ptr)
-            .arg(&self.w16.ptr)
-            .arg(&self.g16.ptr)
-            .arg(&self.vel.ptr);
-        b.arg(&n).arg(&lr).arg(&momentum);
+        b.arg(&p);
+        // SAFETY: the kernel's one parameter is an `SgdUpdate`; the buffers are the model's,
+        // carved from an arena that outlives the queued work.
         unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
         Ok(())
     }
@@ -352,19 +358,19 @@ impl<'g> Mlp<'g> {
         step: u64,
     ) -> Result<()> {
         let classes = *self.sizes.last().unwrap() as u32;
-        SoftmaxCe {
+        let p = SoftmaxCe {
             logits: self.logits(),
-            ld: classes,
             labels,
             rows: rows as u32,
             classes,
-            dlogits: grad_scale.map_or(0, |_| self.dlogits()),
+            ld: classes,
             scale: grad_scale.unwrap_or(0.0),
+            dlogits: grad_scale.map_or(0, |_| self.dlogits()),
             loss,
             correct,
             step,
-        }
-        .launch(self.gpu)
+        };
+        softmax_ce(self.gpu, p)
     }
 
     pub fn accum(&self) -> Accum {
@@ -377,40 +383,19 @@ impl<'g> Mlp<'g> {
     }
 }
 
-/// The parameters of `softmax_ce`, named, in the kernel's order: `rows` rows of `classes`
-/// logits (row stride `ld`) against `labels`; the gradient into `dlogits` (0: none), scaled;
-/// the mean loss and correct count into slot `*step` of `loss`/`correct` (slot 0 where `step`
-/// is 0).
-struct SoftmaxCe {
-    logits: u64,
-    ld: u32,
-    labels: u64,
-    rows: u32,
-    classes: u32,
-    dlogits: u64,
-    scale: f32,
-    loss: u64,
-    correct: u64,
-    step: u64,
-}
-
-impl SoftmaxCe {
-    /// One block of 1024 threads, a row at a time.
-    fn launch(&self, gpu: &Gpu) -> Result<()> {
-        let f = gpu.function(kernels::SOFTMAX_CE)?;
-        let mut b = gpu.stream.launch_builder(&f);
-        b.arg(&self.logits).arg(&self.ld).arg(&self.labels);
-        b.arg(&self.rows).arg(&self.classes).arg(&self.dlogits);
-        b.arg(&self.scale).arg(&self.loss).arg(&self.correct);
-        b.arg(&self.step);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1024, 1, 1),
-            shared_mem_bytes: 32 * 4,
-        };
-        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
-        // caller's buffers outlive the queued work.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
-    }
+/// Launches `softmax_ce` with `p`: one block of 1024 threads, a row at a time.
+fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
+    let f = gpu.function(kernels::SOFTMAX_CE)?;
+    let mut b = gpu.stream.launch_builder(&f);
+    let p = ParamBlock(p);
+    b.arg(&p);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (1024, 1, 1),
+        shared_mem_bytes: 32 * 4,
+    };
+    // SAFETY: the kernel's one parameter is a `SoftmaxCe`; the caller's buffers outlive the
+    // queued work.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
 }

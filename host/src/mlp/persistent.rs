@@ -2,12 +2,13 @@
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
 //! of a dozen kernels.
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, arg, attribute};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
+use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS, clustered,
@@ -245,7 +246,7 @@ impl Persistent {
             "an epoch takes {} rows, the training set has {n}",
             self.epoch_rows
         );
-        let (n, rows, threads) = (n as u32, self.epoch_rows, THREADS as u32);
+        let (rows, threads) = (self.epoch_rows, THREADS as u32);
         let sms = gpu.sm_count();
         let (stream, blocks) = if ahead {
             self.queued.record(&gpu.stream)?;
@@ -256,21 +257,24 @@ impl Persistent {
             gpu.stream.wait(&self.shuffled[buf])?;
             (&gpu.stream, 4 * sms)
         };
+        let p = ParamBlock(PersistentShuffle {
+            x,
+            y,
+            out: self.batches[buf].ptr,
+            n: n as u32,
+            dim: self.dim,
+            seed,
+            count: rows,
+        });
         let mut l = stream.launch_builder(&self.shuffle);
-        l.arg(&x)
-            .arg(&y)
-            .arg(&n)
-            .arg(&self.dim)
-            .arg(&seed)
-            .arg(&rows);
-        l.arg(&self.batches[buf].ptr);
+        l.arg(&p);
         let cfg = LaunchConfig {
             grid_dim: (blocks.min(rows.div_ceil(threads / 32)).max(1), 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: the arguments match the kernel's signature; the buffers live as long as
-        // `self` and the caller's training set, which outlive the queued work.
+        // SAFETY: the kernel's one parameter is a `PersistentShuffle`; the buffers live as long
+        // as `self` and the caller's training set, which outlive the queued work.
         unsafe { l.launch(cfg) }?;
         if ahead {
             self.shuffled[buf].record(stream)?;
