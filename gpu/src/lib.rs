@@ -1,9 +1,10 @@
 //! Kernels written in plain Rust for `nvptx64-nvidia-cuda`, compiled to PTX by the workspace's
 //! `build.rs` and embedded in the host binary.
 //!
-//! The crate also builds for the host: there it exposes only target-independent arithmetic
-//! (fragment layouts, swizzles, the GEMM configuration table) so that the CPU test suite checks the
-//! same index maps the kernels use, and the host launcher reads the same tile table.
+//! The crate also builds for the host: there it exposes only what is target-independent
+//! (fragment layouts, swizzles, the GEMM configuration table, the kernels' parameter blocks) so
+//! that the CPU test suite checks the same index maps the kernels use, and the host launcher
+//! reads the same tile table and fills the same parameter structs.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", allow(internal_features))]
 // Index loops over register arrays are deliberate: they unroll into named registers.

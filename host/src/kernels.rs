@@ -112,8 +112,9 @@ mod tests {
         }
     }
 
-    /// Kernels taking one block of `gpu::params` declare exactly that block in every PTX that
-    /// has them: host and kernel agree on its size and alignment.
+    /// Kernels taking one parameter block (of `gpu::params`, or the persistent kernel's
+    /// `Params`) declare exactly that block in every PTX that has them: host and kernel agree
+    /// on its size and alignment.
     #[test]
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
@@ -121,6 +122,7 @@ mod tests {
             GatherBatch, PersistentShuffle, RegressionFused, RegressionGenerate,
             RegressionReduceUpdate, RegressionUpdate, SgdUpdate, SoftmaxCe,
         };
+        use gpu::persistent::Params;
         fn block<T>(name: &'static str) -> (&'static str, String) {
             (name, one_block::<T>(name))
         }
@@ -133,6 +135,8 @@ mod tests {
             block::<RegressionUpdate>(REGRESSION_UPDATE),
             block::<RegressionReduceUpdate>(REGRESSION_REDUCE_UPDATE),
             block::<PersistentShuffle>(PERSISTENT_SHUFFLE),
+            block::<Params>(PERSISTENT_F16),
+            block::<Params>(PERSISTENT_F32),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {

@@ -378,27 +378,3 @@ fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
         shared_mem_bytes: smem as u32,
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Each embedded persistent kernel takes exactly one parameter, a block of
-    /// `size_of::<Params>()` bytes aligned as the struct: host and kernel agree on the ABI.
-    #[test]
-    fn kernel_parameter_is_one_params_block() {
-        let ptxs: Vec<_> = crate::ptx::EMBEDDED.iter().filter(|p| p.sm >= 80).collect();
-        assert!(!ptxs.is_empty(), "no sm_80+ PTX embedded");
-        for p in ptxs {
-            for acc in [Accum::F16, Accum::F32] {
-                let name = kernels::persistent(acc);
-                assert_eq!(
-                    crate::ptx::parameters(p.source, name),
-                    Some(crate::ptx::one_block::<Params>(name).as_str()),
-                    "{}",
-                    p.arch
-                );
-            }
-        }
-    }
-}
