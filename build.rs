@@ -32,7 +32,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("build.rs").display());
 
     let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75,sm_80,sm_90".into());
-    let mut table = String::from("pub const EMBEDDED: &[EmbeddedPtx] = &[\n");
+    let mut table = String::from("pub static EMBEDDED: &[EmbeddedPtx] = &[\n");
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let sm: u32 = arch
             .strip_prefix("sm_")
