@@ -1,5 +1,9 @@
 //! PTX builder: compiles the `gpu` crate for `nvptx64-nvidia-cuda`, once per architecture, and
 //! embeds each PTX in the host binary (`$OUT_DIR/ptx.rs`, included by `host/src/ptx.rs`).
+//! Where a `ptxas` is found (`PTXAS`, else `ptxas` on `PATH`), each PTX is also assembled into a
+//! cubin for its architecture and embedded zlib-compressed beside it, so a GPU that runs that
+//! SASS loads the module without the driver's JIT compile (tens of seconds for the GEMM ladder
+//! on an empty driver cache).
 //!
 //! Architectures come from `GPU_ARCHS` (comma-separated, default `sm_75,sm_80,sm_90`, so the
 //! main command gets each GPU's best kernels; `GPU_ARCHS=sm_90` builds only Hopper's). Each is
@@ -7,10 +11,12 @@
 //! never waits on the outer build's lock, with
 //! `-Zbuild-std=core` (no prebuilt std exists for the target) and `-C target-cpu=<arch>`, which
 //! also enables `target_feature = "sm_80"` etc. for kernels that need newer instructions.
+use flate2::{Compression, write::ZlibEncoder};
 use std::env;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 /// Loops over warp tiles must unroll fully, or the accumulator arrays they index live in
 /// local memory; LLVM's default threshold gives up on the tensor-core inner loop.
@@ -24,6 +30,7 @@ fn main() {
     let gpu = root.join("gpu");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=GPU_ARCHS");
+    println!("cargo:rerun-if-env-changed=PTXAS");
     println!("cargo:rerun-if-changed={}", gpu.join("src").display());
     println!(
         "cargo:rerun-if-changed={}",
@@ -31,24 +38,40 @@ fn main() {
     );
     println!("cargo:rerun-if-changed={}", root.join("build.rs").display());
 
+    let ptxas = find_ptxas();
+    if let Err(why) = &ptxas {
+        println!(
+            "cargo:warning=cubins skipped, PTX only (the driver JIT-compiles it at first run): {why}"
+        );
+    }
     let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75,sm_80,sm_90".into());
-    let mut table = String::from("pub const EMBEDDED: &[EmbeddedPtx] = &[\n");
+    // Each ptxas runs while the next architecture's PTX builds.
+    let mut built = Vec::new();
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         let sm: u32 = arch
             .strip_prefix("sm_")
             .and_then(|n| n.trim_end_matches('a').parse().ok())
             .unwrap_or_else(|| panic!("GPU_ARCHS entry {arch:?} is not of the form sm_NN"));
-        let ptx = build_ptx(root, &gpu, arch, sm);
-        let dest = out.join(format!("gpu_{arch}.ptx"));
-        std::fs::copy(&ptx, &dest).unwrap();
+        let ptx = out.join(format!("gpu_{arch}.ptx"));
+        std::fs::copy(build_ptx(root, &gpu, arch, sm), &ptx).unwrap();
+        let ptxas_run = ptxas.as_ref().ok().map(|p| assemble(p, arch, &ptx));
+        built.push((arch, sm, ptx, ptxas_run));
+    }
+    let mut table = String::from("pub static EMBEDDED: &[EmbeddedPtx] = &[\n");
+    for (arch, sm, ptx, ptxas_run) in built {
+        let cubin = match ptxas_run {
+            Some(run) => format!("Some(include_bytes!({:?}))", compress(arch, run).display()),
+            None => "None".into(),
+        };
         writeln!(
             table,
-            "    EmbeddedPtx {{ arch: {arch:?}, sm: {sm}, source: include_str!({:?}) }},",
-            dest.display()
+            "    EmbeddedPtx {{ arch: {arch:?}, sm: {sm}, source: include_str!({:?}), cubin: {cubin} }},",
+            ptx.display()
         )
         .unwrap();
     }
     table.push_str("];\n");
+    write_build_facts(&mut table, &ptxas);
     std::fs::write(out.join("ptx.rs"), table).unwrap();
 }
 
@@ -99,4 +122,84 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
         );
     }
     target_dir.join("nvptx64-nvidia-cuda/release/gpu.ptx")
+}
+
+/// The ptxas to assemble cubins with: `PTXAS` where it is set (a build error if it does not
+/// run: it was asked for), else `ptxas` on `PATH`. `Err` says why there is none.
+fn find_ptxas() -> Result<PathBuf, String> {
+    let runs = |p: &Path| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+    };
+    match env::var_os("PTXAS") {
+        Some(p) if p.is_empty() => Err("PTXAS is set to the empty string".into()),
+        Some(p) => {
+            let p = PathBuf::from(p);
+            match runs(&p) {
+                Ok(true) => Ok(p),
+                Ok(false) => panic!("PTXAS={} fails on --version", p.display()),
+                Err(e) => panic!("PTXAS={} does not run: {e}", p.display()),
+            }
+        }
+        None => match runs(Path::new("ptxas")) {
+            Ok(true) => Ok("ptxas".into()),
+            _ => Err("no ptxas on PATH and PTXAS is not set".into()),
+        },
+    }
+}
+
+/// A ptxas run assembling `ptx` into SASS for exactly `arch`, started in the background.
+struct Assembly {
+    child: Child,
+    cubin: PathBuf,
+}
+
+fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Assembly {
+    let cubin = ptx.with_extension("cubin");
+    let child = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-O3")
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not run {}: {e}", ptxas.display()));
+    Assembly { child, cubin }
+}
+
+/// Waits for `run` and writes its cubin zlib-compressed (SASS compresses to about a fifth), to
+/// the path it returns.
+fn compress(arch: &str, run: Assembly) -> PathBuf {
+    let output = run.child.wait_with_output().unwrap();
+    if !output.status.success() {
+        panic!(
+            "ptxas failed on the {arch} PTX:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let cubin = std::fs::read(&run.cubin).unwrap();
+    let mut z = ZlibEncoder::new(Vec::new(), Compression::best());
+    z.write_all(&cubin).unwrap();
+    let dest = run.cubin.with_extension("cubin.zz");
+    std::fs::write(&dest, z.finish().unwrap()).unwrap();
+    dest
+}
+
+/// What the build did about cubins, for the tests: a build with `PTXAS` set must embed one per
+/// PTX, and one without ptxas says why it has none.
+fn write_build_facts(table: &mut String, ptxas: &Result<PathBuf, String>) {
+    let set = env::var_os("PTXAS").is_some_and(|p| !p.is_empty());
+    let skipped = ptxas.as_ref().err();
+    writeln!(
+        table,
+        "/// Whether `PTXAS` named a ptxas for this build.\n\
+         pub const PTXAS_SET: bool = {set};\n\
+         /// Why this build embedded no cubins, or `None` where it assembled one per PTX.\n\
+         pub const CUBINS_SKIPPED: Option<&str> = {skipped:?};"
+    )
+    .unwrap();
 }

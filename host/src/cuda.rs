@@ -7,10 +7,14 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     LaunchConfig, ValidAsZeroBits,
 };
+use cudarc::nvrtc::Ptx;
+use indicatif::{ProgressBar, ProgressFinish, WeakProgressBar};
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::io::IsTerminal;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 pub use cudarc::driver::PushKernelArg;
 
@@ -19,7 +23,10 @@ pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub module: Arc<CudaModule>,
+    /// The PTX chosen for the device; `module` holds it or the cubin assembled from it.
     pub ptx: &'static EmbeddedPtx,
+    /// Which of the two `module` was loaded from.
+    pub form: ModuleForm,
     /// Compute capability, major·10 + minor.
     pub sm: u32,
     /// Multiprocessors (read once: launches size grids by it).
@@ -46,9 +53,7 @@ impl Gpu {
             let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
             format!("this GPU is sm_{sm}, older than every embedded PTX ({built:?}); rebuild with GPU_ARCHS including an older arch")
         })?;
-        let module = ctx
-            .load_module(ptx.source.to_string().into())
-            .with_context(|| format!("the driver rejected the embedded {} PTX", ptx.arch))?;
+        let (module, form) = load_module(&ctx, ptx, sm)?;
         // The highest priority: where another stream's kernels run beside this one's (the
         // persistent kernel's shuffle ahead), this stream's blocks take freed SMs first.
         ctx.bind_to_thread()?;
@@ -60,6 +65,7 @@ impl Gpu {
             stream,
             module,
             ptx,
+            form,
             sm,
             sms,
             functions: Mutex::new(HashMap::new()),
@@ -90,13 +96,22 @@ impl Gpu {
         let f = self
             .module
             .load_function(name)
-            .with_context(|| format!("kernel {name} is not in the {} PTX", self.ptx.arch))?;
+            .with_context(|| format!("kernel {name} is not in the {}", self.module_source()))?;
         map.insert(name.to_string(), f.clone());
         Ok(f)
     }
 
     pub fn name(&self) -> Result<String> {
         Ok(self.ctx.name()?)
+    }
+
+    /// What `module` was loaded from, e.g. `sm_90 cubin` or
+    /// `sm_90 PTX (JIT-compiled by the driver)`.
+    pub fn module_source(&self) -> String {
+        match self.form {
+            ModuleForm::Cubin => format!("{} cubin", self.ptx.arch),
+            ModuleForm::Ptx => format!("{} PTX (JIT-compiled by the driver)", self.ptx.arch),
+        }
     }
 
     pub fn attribute(&self, a: Attr) -> Result<i32> {
@@ -178,6 +193,68 @@ impl Gpu {
             stream: self.stream.clone(),
         })
     }
+}
+
+/// The form in which a module reached the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleForm {
+    /// The cubin ptxas assembled at build time: SASS, loaded as it is.
+    Cubin,
+    /// The PTX, compiled to SASS by the driver, which caches the result for later runs.
+    Ptx,
+}
+
+/// Loads `ptx` for a device of compute capability `sm`: its cubin where that SASS runs on the
+/// device, else the PTX, whose compile by the driver (tens of seconds on an empty driver cache)
+/// a line on stderr announces.
+fn load_module(
+    ctx: &Arc<CudaContext>,
+    ptx: &EmbeddedPtx,
+    sm: u32,
+) -> Result<(Arc<CudaModule>, ModuleForm)> {
+    if let Some(cubin) = ptx.cubin_for(sm) {
+        match ctx.load_module(Ptx::from_binary(ptx::decompress(cubin)?)) {
+            Ok(module) => return Ok((module, ModuleForm::Cubin)),
+            // A driver older than the build's ptxas refuses its cubins, yet may take the PTX
+            // (of an older PTX ISA for sm_75 and sm_80).
+            Err(e) => eprintln!(
+                "the driver rejected the embedded {} cubin ({e}); loading the PTX instead",
+                ptx.arch
+            ),
+        }
+    }
+    let wait = jit_notice(ptx.arch);
+    let module = ctx.load_module(Ptx::from_src(ptx.source));
+    drop(wait);
+    let module =
+        module.with_context(|| format!("the driver rejected the embedded {} PTX", ptx.arch))?;
+    Ok((module, ModuleForm::Ptx))
+}
+
+/// The notice in flight while a JIT compile runs, shared by the threads of every GPU compiling
+/// at once so that they draw one line.
+static JIT_NOTICE: Mutex<Option<WeakProgressBar>> = Mutex::new(None);
+
+/// The notice of a JIT compile of `arch`'s PTX: a spinner on stderr, cleared when the last
+/// holder drops it; where stderr is no terminal (a log), the same words as a plain line.
+fn jit_notice(arch: &str) -> ProgressBar {
+    let mut shared = JIT_NOTICE.lock().unwrap();
+    if let Some(bar) = shared.as_ref().and_then(WeakProgressBar::upgrade) {
+        return bar;
+    }
+    let msg =
+        format!("compiling the {arch} PTX for this GPU (the driver caches it for later runs)");
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new_spinner().with_message(msg);
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    } else {
+        eprintln!("{msg}");
+        ProgressBar::hidden()
+    };
+    let bar = bar.with_finish(ProgressFinish::AndClear);
+    *shared = Some(bar.downgrade());
+    bar
 }
 
 /// A typed region of device memory carved from an [`Arena`]: an address and a length. It owns

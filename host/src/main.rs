@@ -24,7 +24,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Describe the GPU, the embedded PTX chosen for it and the kernels it holds.
+    /// Describe the GPU, the embedded PTX chosen for it, the form loaded and its kernels.
     Info,
     /// Benchmark the GEMM ladder against cuBLAS, checking every result.
     Gemm(GemmArgs),
@@ -225,11 +225,25 @@ fn info(gpu: &Gpu) -> Result<()> {
         gpu.max_smem_optin()? / 1024
     );
     let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
+    let cubins: Vec<_> = ptx::EMBEDDED
+        .iter()
+        .filter(|p| p.cubin.is_some())
+        .map(|p| p.arch)
+        .collect();
     println!("embedded PTX:       {}", built.join(", "));
+    println!(
+        "embedded cubins:    {}",
+        if cubins.is_empty() {
+            format!("none ({})", ptx::CUBINS_SKIPPED.unwrap_or("not assembled"))
+        } else {
+            cubins.join(", ")
+        }
+    );
     println!(
         "PTX chosen:         {} (newest not above sm_{})",
         gpu.ptx.arch, gpu.sm
     );
+    println!("module:             {}", gpu.module_source());
     let kernels = ptx::kernels(gpu.ptx.source);
     println!("kernels ({}):", kernels.len());
     for k in kernels {

@@ -1,4 +1,7 @@
-//! The PTX modules `build.rs` embedded, one per architecture, and the choice among them.
+//! The PTX modules `build.rs` embedded, one per architecture, with the cubin assembled from
+//! each where the build had a ptxas, and the choice among them.
+use anyhow::{Context, Result};
+use std::io::Read;
 
 /// One embedded PTX module.
 #[derive(Debug)]
@@ -8,6 +11,33 @@ pub struct EmbeddedPtx {
     /// The same as a number: 80.
     pub sm: u32,
     pub source: &'static str,
+    /// `source` assembled by ptxas for exactly `arch`, zlib-compressed; `None` where the build
+    /// had no ptxas.
+    pub cubin: Option<&'static [u8]>,
+}
+
+impl EmbeddedPtx {
+    /// The compressed cubin of this PTX if one is embedded and its SASS runs on a device of
+    /// compute capability `sm`.
+    pub fn cubin_for(&self, sm: u32) -> Option<&'static [u8]> {
+        self.cubin.filter(|_| sass_runs_on(self.sm, sm))
+    }
+}
+
+/// Whether SASS assembled for compute capability `built` runs on a device of `device`: the same
+/// major version, and a minor not above the device's (an sm_80 cubin runs on sm_86; an sm_90
+/// one on sm_90 alone). PTX, unlike SASS, runs on every later major version.
+pub fn sass_runs_on(built: u32, device: u32) -> bool {
+    built / 10 == device / 10 && built <= device
+}
+
+/// A cubin as the build embedded it, decompressed.
+pub fn decompress(cubin: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(cubin.len() * 5);
+    flate2::read::ZlibDecoder::new(cubin)
+        .read_to_end(&mut out)
+        .context("the embedded cubin does not decompress")?;
+    Ok(out)
 }
 
 include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
@@ -56,16 +86,19 @@ mod tests {
             arch: "sm_75",
             sm: 75,
             source: "",
+            cubin: None,
         },
         EmbeddedPtx {
             arch: "sm_90",
             sm: 90,
             source: "",
+            cubin: None,
         },
         EmbeddedPtx {
             arch: "sm_80",
             sm: 80,
             source: "",
+            cubin: None,
         },
     ];
 
@@ -75,6 +108,33 @@ mod tests {
         assert_eq!(best_among(&LIST, 89).unwrap().arch, "sm_80");
         assert_eq!(best_among(&LIST, 75).unwrap().arch, "sm_75");
         assert!(best_among(&LIST, 70).is_none());
+    }
+
+    #[test]
+    fn sass_runs_on_later_minors_of_its_major_only() {
+        assert!(sass_runs_on(80, 80) && sass_runs_on(80, 86) && sass_runs_on(80, 89));
+        assert!(sass_runs_on(75, 75) && sass_runs_on(90, 90));
+        assert!(!sass_runs_on(86, 80) && !sass_runs_on(80, 90) && !sass_runs_on(75, 80));
+        assert!(!sass_runs_on(90, 100) && !sass_runs_on(90, 120));
+    }
+
+    /// With a ptxas at build time, every PTX has a cubin: an ELF image for CUDA (OS ABI 0x33,
+    /// machine EM_CUDA = 190) once decompressed.
+    #[test]
+    fn every_embedded_ptx_has_its_cubin_where_the_build_had_ptxas() {
+        if let (Some(why), false) = (CUBINS_SKIPPED, PTXAS_SET) {
+            eprintln!("skipped: this build embedded no cubins ({why}); set PTXAS to build them");
+            return;
+        }
+        assert!(!EMBEDDED.is_empty());
+        for p in EMBEDDED {
+            let z = p.cubin.unwrap_or_else(|| panic!("no cubin for {}", p.arch));
+            let elf = decompress(z).unwrap();
+            assert_eq!(&elf[..4], b"\x7fELF", "{} cubin", p.arch);
+            assert_eq!(elf[7], 0x33, "{} cubin: OS ABI", p.arch);
+            assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 190, "{}", p.arch);
+            assert_eq!(p.cubin_for(p.sm), Some(z));
+        }
     }
 
     #[test]

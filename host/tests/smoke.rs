@@ -99,3 +99,28 @@ fn one_tensor_core_tile_matches_cpu() {
         }
     }
 }
+
+/// The module loads (its cubin wherever one for this device is embedded) and holds every kernel
+/// the host names for its architecture, the GEMM ladder included.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn module_loads_and_has_every_named_kernel() {
+    use host::cuda::ModuleForm;
+    use host::gemm::Version;
+    let g = gpu();
+    eprintln!("module: {}", g.module_source());
+    if g.ptx.cubin_for(g.sm).is_some() {
+        assert_eq!(g.form, ModuleForm::Cubin, "sm_{} has its cubin", g.sm);
+    }
+    let mut names: Vec<String> = kernels::NAMED
+        .iter()
+        .filter(|&&(_, oldest)| oldest <= g.ptx.sm)
+        .map(|&(n, _)| n.to_string())
+        .collect();
+    for v in Version::all_up_to(g.ptx.sm) {
+        names.extend(gpu::gemm::Layout::ALL.iter().map(|&l| kernels::gemm(v, l)));
+    }
+    let missing: Vec<_> = names.iter().filter(|n| g.function(n).is_err()).collect();
+    let module = g.module_source();
+    assert!(missing.is_empty(), "{module} lacks {missing:?}");
+}
