@@ -4,8 +4,8 @@
     python3 bench/report.py OUT_DIR [--host target/release/host] [--force]
 
 Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study, and data-parallel scaling
-against PyTorch DDP where there are several GPUs), the regression sweep, Iris, and the memory
-comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
+against PyTorch DDP where there are several GPUs), the regression sweep, Iris, cold and warm
+start (bench/cold_start.sh), and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
 (bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
 To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
 docs/results/NAME/ and write docs/RESULTS.md with
@@ -100,6 +100,11 @@ def step_scaling():
     shutil.rmtree(out / "scaling")
 
 
+def step_cold_start():
+    """Time to exit of short commands with an empty driver cache and a filled one."""
+    sh(["bench/cold_start.sh", "--csv", out / "cold_start.csv", H], "cold_start.log", timeout=900)
+
+
 def step_regression():
     sh([H, "regression", "--sweep", "--csv", out / "regression_sweep.csv"], "regression.log")
     sh([H, "regression", "--variant", "unfused", "--trace", out / "regression_trace.json"], "regression.log")
@@ -150,7 +155,7 @@ def step_plots():
 
 
 steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths), ("scaling", step_scaling),
-         ("regression sweep", step_regression), ("Iris", step_iris), ("init study", step_init), ("plots", step_plots)]
+         ("regression sweep", step_regression), ("Iris", step_iris), ("cold start", step_cold_start), ("init study", step_init), ("plots", step_plots)]
 t0 = time.time()
 bar = tqdm(total=len(steps), unit="step") if tqdm else None
 for i, (name, fn) in enumerate(steps):

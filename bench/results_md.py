@@ -149,6 +149,18 @@ if ini:
                           f"{float(p['final_loss']):.3f} | {100 * float(o['test_accuracy']):.1f}% | {100 * float(p['test_accuracy']):.1f}% |")
     md.append(f"\n![initial and final loss per init]({a.images}init.png)\n")
 
+cs = rows("cold_start.csv")
+if cs:
+    md.append("## Start-up (seconds to exit; cold: `CUDA_CACHE_DISABLE=1`, warm: a filled driver cache)\n")
+    md.append(f"Module loaded: {cs[0]['module']}. Median of {cs[0]['runs']} runs each (`bench/cold_start.sh`).\n")
+    md.append("| command | cold s | warm s |\n| --- | --- | --- |")
+    by = defaultdict(dict)
+    for r in cs:
+        by[r["command"]][r["cache"]] = float(r["median_s"])
+    for cmd, v in by.items():
+        md.append(f"| `{cmd}` | {v.get('cold', float('nan')):.2f} | {v.get('warm', float('nan')):.2f} |")
+    md.append("")
+
 mem = rows("memory.csv")
 if mem:
     md.append("## Peak device memory\n")
