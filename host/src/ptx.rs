@@ -52,6 +52,52 @@ fn best_among(list: &'static [EmbeddedPtx], sm: u32) -> Option<&'static Embedded
     list.iter().filter(|p| p.sm <= sm).max_by_key(|p| p.sm)
 }
 
+/// The embedded PTX to load on a device of compute capability `sm`: architecture `requested`
+/// (`--ptx`), or without one the newest the device runs. Errors name what is embedded and
+/// what the device is.
+pub fn choose(sm: u32, requested: Option<u32>) -> Result<&'static EmbeddedPtx> {
+    choose_among(EMBEDDED, sm, requested)
+}
+
+fn choose_among(
+    list: &'static [EmbeddedPtx],
+    sm: u32,
+    requested: Option<u32>,
+) -> Result<&'static EmbeddedPtx> {
+    let built = || {
+        let archs: Vec<_> = list.iter().map(|p| p.arch).collect();
+        archs.join(", ")
+    };
+    let Some(want) = requested else {
+        return best_among(list, sm).with_context(|| {
+            format!(
+                "this GPU is sm_{sm}, older than every embedded PTX ({}); rebuild with GPU_ARCHS including an older arch",
+                built()
+            )
+        });
+    };
+    let ptx = list.iter().find(|p| p.sm == want).with_context(|| {
+        format!(
+            "--ptx sm_{want} is not embedded (this build has {}; the GPU is sm_{sm}); rebuild with GPU_ARCHS including it",
+            built()
+        )
+    })?;
+    anyhow::ensure!(
+        want <= sm,
+        "--ptx sm_{want} is newer than this GPU (sm_{sm}), which cannot run it; embedded: {}",
+        built()
+    );
+    Ok(ptx)
+}
+
+/// An architecture as `--ptx` takes it, `sm_80`, as its number: 80.
+pub fn parse_arch(s: &str) -> Result<u32, String> {
+    s.strip_prefix("sm_")
+        .filter(|n| (2..=3).contains(&n.len()))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("an architecture is written like sm_80, not {s:?}"))
+}
+
 /// Names of the kernels (`.entry` functions) in a PTX module.
 pub fn kernels(ptx: &str) -> Vec<&str> {
     ptx.lines()
@@ -108,6 +154,35 @@ mod tests {
         assert_eq!(best_among(&LIST, 89).unwrap().arch, "sm_80");
         assert_eq!(best_among(&LIST, 75).unwrap().arch, "sm_75");
         assert!(best_among(&LIST, 70).is_none());
+    }
+
+    #[test]
+    fn a_requested_arch_must_be_embedded_and_not_newer_than_the_device() {
+        assert_eq!(choose_among(&LIST, 90, Some(75)).unwrap().arch, "sm_75");
+        assert_eq!(choose_among(&LIST, 86, Some(80)).unwrap().arch, "sm_80");
+        assert_eq!(choose_among(&LIST, 90, None).unwrap().arch, "sm_90");
+        let err = |sm, want| choose_among(&LIST, sm, want).unwrap_err().to_string();
+        let e = err(90, Some(86));
+        assert!(e.contains("sm_86 is not embedded"), "{e}");
+        assert!(
+            e.contains("sm_75, sm_90, sm_80") && e.contains("the GPU is sm_90"),
+            "{e}"
+        );
+        let e = err(86, Some(90));
+        assert!(e.contains("newer than this GPU (sm_86)"), "{e}");
+        assert!(e.contains("sm_75, sm_90, sm_80"), "{e}");
+        let e = err(70, None);
+        assert!(e.contains("sm_70, older than every embedded PTX"), "{e}");
+        assert!(!e.contains('\n') && !err(90, Some(86)).contains('\n'));
+    }
+
+    #[test]
+    fn architectures_parse_as_sm_and_a_number() {
+        assert_eq!(parse_arch("sm_75"), Ok(75));
+        assert_eq!(parse_arch("sm_100"), Ok(100));
+        for bad in ["75", "sm75", "sm_", "sm_8", "sm_80a", "compute_80", ""] {
+            assert!(parse_arch(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
