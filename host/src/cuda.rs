@@ -18,7 +18,43 @@ use std::time::Duration;
 
 pub use cudarc::driver::PushKernelArg;
 
-/// A device with its stream and the best embedded PTX module for it.
+/// How a [`Gpu`] presents itself to the host, for studying an older architecture's path on a
+/// newer device: the PTX it loads and the shared memory the host believes a block may use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Compute capability ×10 of the embedded PTX to load (`--ptx sm_75`: 75) instead of the
+    /// newest the device runs.
+    pub ptx: Option<u32>,
+    /// Bytes of shared memory per block the host takes as the device's opt-in limit
+    /// (`--max-smem-kb`), at most the real one.
+    pub max_smem: Option<usize>,
+}
+
+impl GpuOptions {
+    /// What can be checked without a device: a cap of zero.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(
+            self.max_smem != Some(0),
+            "--max-smem-kb must be positive: it caps the shared memory of a block"
+        );
+        Ok(())
+    }
+}
+
+/// The shared memory per block the host may use: the device's opt-in limit `device`, or `cap`
+/// where one is set, which may only lower it.
+pub fn smem_limit(device: usize, cap: Option<usize>) -> Result<usize> {
+    let Some(cap) = cap else { return Ok(device) };
+    ensure!(
+        cap > 0 && cap <= device,
+        "--max-smem-kb {} is not within this GPU's shared memory of {} KiB per block ({device} B, the opt-in limit): a cap can only lower it",
+        cap / 1024,
+        device / 1024
+    );
+    Ok(cap)
+}
+
+/// A device with its stream and the embedded PTX module chosen for it.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
@@ -29,15 +65,27 @@ pub struct Gpu {
     pub form: ModuleForm,
     /// Compute capability, major·10 + minor.
     pub sm: u32,
+    /// What the device was opened with.
+    pub options: GpuOptions,
     /// Multiprocessors (read once: launches size grids by it).
     sms: u32,
+    /// The device's opt-in shared memory per block, and what the host uses of it (the cap).
+    smem_device: usize,
+    smem: usize,
     functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
 impl Gpu {
-    /// Opens device `ordinal`. Without a driver or a device this is an error with one clear
-    /// sentence, never a panic (cudarc panics if asked to load a missing libcuda).
+    /// Opens device `ordinal` with the newest embedded PTX it runs and its whole shared memory.
     pub fn new(ordinal: usize) -> Result<Gpu> {
+        Gpu::with_options(ordinal, &GpuOptions::default())
+    }
+
+    /// Opens device `ordinal` as `options` present it. Without a driver or a device this is an
+    /// error with one clear sentence, never a panic (cudarc panics if asked to load a missing
+    /// libcuda); so is an option the device or the build cannot honour.
+    pub fn with_options(ordinal: usize, options: &GpuOptions) -> Result<Gpu> {
+        options.validate()?;
         let count = Gpu::count()?;
         if ordinal >= count {
             bail!("GPU {ordinal} requested, but only {count} present");
@@ -49,10 +97,10 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability()?;
         let sm = (major * 10 + minor) as u32;
-        let ptx = ptx::best_for(sm).with_context(|| {
-            let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
-            format!("this GPU is sm_{sm}, older than every embedded PTX ({built:?}); rebuild with GPU_ARCHS including an older arch")
-        })?;
+        let ptx = ptx::choose(sm, options.ptx)?;
+        let smem_device =
+            ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
+        let smem = smem_limit(smem_device, options.max_smem)?;
         let (module, form) = load_module(&ctx, ptx, sm)?;
         // The highest priority: where another stream's kernels run beside this one's (the
         // persistent kernel's shuffle ahead), this stream's blocks take freed SMs first.
@@ -67,7 +115,10 @@ impl Gpu {
             ptx,
             form,
             sm,
+            options: options.clone(),
             sms,
+            smem_device,
+            smem,
             functions: Mutex::new(HashMap::new()),
         })
     }
@@ -122,9 +173,49 @@ impl Gpu {
         self.sms
     }
 
-    /// Most dynamic shared memory one block may use after opting in.
-    pub fn max_smem_optin(&self) -> Result<usize> {
-        Ok(self.attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize)
+    /// Most dynamic shared memory one block may use after opting in: the device's limit, or
+    /// the cap of [`GpuOptions::max_smem`]. Every choice the host makes by shared memory reads
+    /// this.
+    pub fn max_smem_optin(&self) -> usize {
+        self.smem
+    }
+
+    /// The device's own opt-in limit, whatever the cap.
+    pub fn device_max_smem_optin(&self) -> usize {
+        self.smem_device
+    }
+
+    /// The shared-memory limit in words, for errors and reasons: what the device allows, or
+    /// what the cap allows.
+    pub fn smem_limit(&self) -> String {
+        match self.options.max_smem {
+            Some(_) => format!("--max-smem-kb caps a block at {} B", self.smem),
+            None => format!("this GPU allows {} B per block", self.smem),
+        }
+    }
+
+    /// Why `ptx` was loaded: `chosen with --ptx`, or `newest not above sm_90`.
+    pub fn ptx_choice(&self) -> String {
+        match self.options.ptx {
+            Some(_) => "chosen with --ptx".into(),
+            None => format!("newest not above sm_{}", self.sm),
+        }
+    }
+
+    /// The PTX and, where one is set, the shared-memory cap, for the first line of a command:
+    /// `sm_80 PTX, chosen with --ptx, shared memory capped at 64 KiB per block`.
+    pub fn describe_ptx(&self) -> String {
+        let mut s = format!("{} PTX", self.ptx.arch);
+        if self.options.ptx.is_some() {
+            s += ", chosen with --ptx";
+        }
+        if self.options.max_smem.is_some() {
+            s += &format!(
+                ", shared memory capped at {} KiB per block",
+                self.smem / 1024
+            );
+        }
+        s
     }
 
     /// (free, total) device memory in bytes.
@@ -483,6 +574,23 @@ mod tests {
         assert_eq!(carve(256, 0, 256), Some((256, 256)));
         assert_eq!(carve(300, 100, 600), None);
         assert_eq!(carve(usize::MAX - 10, 1, usize::MAX), None);
+    }
+
+    #[test]
+    fn a_shared_memory_cap_may_only_lower_the_limit() {
+        assert_eq!(smem_limit(232448, None).unwrap(), 232448);
+        assert_eq!(smem_limit(232448, Some(65536)).unwrap(), 65536);
+        assert_eq!(smem_limit(232448, Some(232448)).unwrap(), 232448);
+        for cap in [0, 232449, 300 * 1024] {
+            let e = smem_limit(232448, Some(cap)).unwrap_err().to_string();
+            assert!(e.contains("--max-smem-kb") && e.contains("227 KiB"), "{e}");
+        }
+        let e = GpuOptions {
+            max_smem: Some(0),
+            ..Default::default()
+        };
+        assert!(e.validate().unwrap_err().to_string().contains("positive"));
+        assert!(GpuOptions::default().validate().is_ok());
     }
 
     #[test]

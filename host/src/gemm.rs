@@ -251,7 +251,7 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
 /// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
-    let smem = gpu.max_smem_optin()?;
+    let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
     let best_sm = TILE_CONFIGS
         .iter()
@@ -307,7 +307,7 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
                 c.min_sm,
                 gpu.ptx.arch
             );
-            let max = gpu.max_smem_optin()?;
+            let max = gpu.max_smem_optin();
             ensure!(
                 c.smem_bytes() <= max,
                 "config {} needs {} bytes of shared memory per block; this GPU allows {max}",

@@ -78,10 +78,16 @@ pub fn support(
     }
     let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
     let shuffled = 2 * steps * batch * row_stride(dim);
-    let why = if gpu.ptx.sm < 80 {
+    let why = if !kernels::in_ptx_of(kernels::persistent(acc), gpu.ptx.sm) {
+        let see = if gpu.options.ptx.is_some() {
+            ""
+        } else {
+            ", see GPU_ARCHS"
+        };
         format!(
-            "it needs sm_80 PTX or newer, the GPU runs {} (see GPU_ARCHS)",
-            gpu.ptx.arch
+            "it needs sm_80 PTX or newer, this run loads {} PTX ({}{see})",
+            gpu.ptx.arch,
+            gpu.ptx_choice()
         )
     } else if !hidden.is_multiple_of(UNITS) {
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
@@ -111,10 +117,10 @@ fn resource_support(
     acc: Accum,
 ) -> Result<Support> {
     let bytes = Smem::new(batch, dim).bytes;
-    let max = gpu.max_smem_optin()?;
-    if bytes > max {
+    if bytes > gpu.max_smem_optin() {
         return Ok(Support::No(format!(
-            "a batch of {batch} × {dim} needs {bytes} B of shared memory, this GPU has {max} B per block"
+            "a batch of {batch} × {dim} needs {bytes} B of shared memory, {}",
+            gpu.smem_limit()
         )));
     }
     let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
