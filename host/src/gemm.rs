@@ -26,9 +26,45 @@ impl Version {
         }
     }
 
-    /// Every version this GPU can run, SIMT first.
+    /// Every version this GPU can run (its PTX holds it, its shared memory takes it), SIMT
+    /// first.
     pub fn all_for(gpu: &Gpu) -> Vec<Version> {
         Version::all_up_to(gpu.ptx.sm)
+            .into_iter()
+            .filter(|v| v.smem_bytes() <= gpu.max_smem_optin())
+            .collect()
+    }
+
+    /// Dynamic shared memory a block of this version uses, in bytes.
+    pub fn smem_bytes(&self) -> usize {
+        match self {
+            Version::Simt("smem") => 2 * SMEM_TILE * SMEM_TILE * 4,
+            Version::Simt("regblock") => 2 * RB_K * RB_TILE * 4,
+            Version::Simt(_) => 0,
+            Version::Tensor(c, _) => c.smem_bytes(),
+        }
+    }
+
+    /// Whether this GPU runs the version: the loaded PTX holds it and a block's shared memory
+    /// fits the limit (or the `--max-smem-kb` cap); if not, an error that says which.
+    pub fn ensure_runs_on(&self, gpu: &Gpu) -> Result<()> {
+        if let Version::Tensor(c, _) = self {
+            ensure!(
+                c.min_sm <= gpu.ptx.sm,
+                "config {} needs sm_{} PTX, but the {} PTX is loaded",
+                c.name,
+                c.min_sm,
+                gpu.ptx.arch
+            );
+        }
+        ensure!(
+            self.smem_bytes() <= gpu.max_smem_optin(),
+            "{} needs {} B of shared memory per block; {}",
+            self.label(),
+            self.smem_bytes(),
+            gpu.smem_limit()
+        );
+        Ok(())
     }
 
     /// Every version the PTX of architecture `sm` holds, SIMT first.
@@ -279,44 +315,30 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static
                 .max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c)), depth(c)))
         })
         .copied()
-        .ok_or_else(|| anyhow::anyhow!("no tensor-core GEMM configuration fits this GPU"))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no tensor-core GEMM configuration of the {} PTX fits: {}",
+                gpu.ptx.arch,
+                gpu.smem_limit()
+            )
+        })
 }
 
 /// Kernel name, launch geometry and the shared memory it needs.
 fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
-    let cfg = |tile_m: usize, tile_n: usize, threads: usize, smem: usize| LaunchConfig {
+    let cfg = |tile_m: usize, tile_n: usize, threads: usize| LaunchConfig {
         grid_dim: (p.n.div_ceil(tile_n) as u32, p.m.div_ceil(tile_m) as u32, 1),
         block_dim: (threads as u32, 1, 1),
-        shared_mem_bytes: smem as u32,
+        shared_mem_bytes: v.smem_bytes() as u32,
     };
     let geometry = match v {
-        Version::Simt("naive") => cfg(16, 16, 256, 0),
-        Version::Simt("smem") => cfg(
-            SMEM_TILE,
-            SMEM_TILE,
-            SMEM_TILE * SMEM_TILE,
-            2 * SMEM_TILE * SMEM_TILE * 4,
-        ),
-        Version::Simt("regblock") => cfg(RB_TILE, RB_TILE, RB_THREADS, 2 * RB_K * RB_TILE * 4),
+        Version::Simt("naive") => cfg(16, 16, 256),
+        Version::Simt("smem") => cfg(SMEM_TILE, SMEM_TILE, SMEM_TILE * SMEM_TILE),
+        Version::Simt("regblock") => cfg(RB_TILE, RB_TILE, RB_THREADS),
         Version::Simt(other) => bail!("unknown SIMT version {other}"),
-        Version::Tensor(c, _) => {
-            ensure!(
-                c.min_sm <= gpu.ptx.sm,
-                "config {} needs sm_{}, but the {} PTX is loaded",
-                c.name,
-                c.min_sm,
-                gpu.ptx.arch
-            );
-            let max = gpu.max_smem_optin();
-            ensure!(
-                c.smem_bytes() <= max,
-                "config {} needs {} bytes of shared memory per block; this GPU allows {max}",
-                c.name,
-                c.smem_bytes()
-            );
-            cfg(c.block.0, c.block.1, c.threads(), c.smem_bytes())
-        }
+        Version::Tensor(c, _) => cfg(c.block.0, c.block.1, c.threads()),
     };
+    v.ensure_runs_on(gpu)?;
     Ok((kernels::gemm(v, p.layout), geometry))
 }
 

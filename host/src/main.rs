@@ -266,6 +266,9 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
             .map(|s| Shape::parse(s))
             .collect::<Result<_>>()?
     };
+    for v in &versions {
+        v.ensure_runs_on(gpu)?;
+    }
     println!(
         "GEMM ladder on {} ({} PTX); fp16 in/out, time = median over replays of a CUDA graph \
          of 10 calls",

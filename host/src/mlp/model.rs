@@ -149,6 +149,9 @@ impl<'g> Mlp<'g> {
             acts.push(arena.alloc(rows * w)?);
             grads.push(arena.alloc(rows * w)?);
         }
+        if let Some(v) = config {
+            v.ensure_runs_on(gpu)?;
+        }
         let plan = |(m, n, k): (usize, usize, usize)| -> Result<Plan> {
             Ok(match config {
                 Some(version) => Plan {
