@@ -2,7 +2,7 @@
 use anyhow::Result;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use gpu::gemm::Accum;
-use host::cuda::Gpu;
+use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
 use host::gemm_bench::{self, Shape};
 use host::ptx;
@@ -18,6 +18,16 @@ struct Cli {
     /// GPU to use (CUDA ordinal).
     #[arg(long, global = true, default_value_t = 0)]
     device: usize,
+    /// Load this embedded PTX (e.g. sm_75) instead of the newest the GPU runs: an older
+    /// architecture's kernels and engine choices on a newer GPU. Its cubin is used only where
+    /// that SASS runs on the GPU; otherwise the driver compiles the PTX.
+    #[arg(long, global = true, value_name = "SM_XX", value_parser = ptx::parse_arch)]
+    ptx: Option<u32>,
+    /// Take this many KiB as the shared memory a block may use (at most the GPU's own opt-in
+    /// limit), so the persistent kernel's check and the GEMM configuration choice behave as on
+    /// a GPU with that much.
+    #[arg(long, global = true, value_name = "N")]
+    max_smem_kb: Option<u32>,
     #[command(subcommand)]
     command: Command,
 }
@@ -220,10 +230,14 @@ fn info(gpu: &Gpu) -> Result<()> {
         gib(total),
         gib(free)
     );
-    println!(
-        "shared memory:      {} KiB per block (opt-in)",
-        gpu.max_smem_optin() / 1024
-    );
+    let smem = gpu.max_smem_optin() / 1024;
+    match gpu.options.max_smem {
+        Some(_) => println!(
+            "shared memory:      {smem} KiB per block (capped by --max-smem-kb; the GPU allows {} KiB with opt-in)",
+            gpu.device_max_smem_optin() / 1024
+        ),
+        None => println!("shared memory:      {smem} KiB per block (opt-in)"),
+    }
     let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
     let cubins: Vec<_> = ptx::EMBEDDED
         .iter()
@@ -240,8 +254,9 @@ fn info(gpu: &Gpu) -> Result<()> {
         }
     );
     println!(
-        "PTX chosen:         {} (newest not above sm_{})",
-        gpu.ptx.arch, gpu.sm
+        "PTX chosen:         {} ({})",
+        gpu.ptx.arch,
+        gpu.ptx_choice()
     );
     println!("module:             {}", gpu.module_source());
     let kernels = ptx::kernels(gpu.ptx.source);
@@ -270,10 +285,10 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
         v.ensure_runs_on(gpu)?;
     }
     println!(
-        "GEMM ladder on {} ({} PTX); fp16 in/out, time = median over replays of a CUDA graph \
+        "GEMM ladder on {} ({}); fp16 in/out, time = median over replays of a CUDA graph \
          of 10 calls",
         gpu.name()?,
-        gpu.ptx.arch
+        gpu.describe_ptx()
     );
     let budget = f64::from(a.time_ms);
     gemm_bench::roof(gpu, budget, &mut std::io::stdout())?;
@@ -293,7 +308,12 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    let opts = GpuOptions {
+        ptx: cli.ptx,
+        max_smem: cli.max_smem_kb.map(|kb| kb as usize * 1024),
+    };
     // Bad flags are reported before the GPU is touched.
+    opts.validate()?;
     match &cli.command {
         Command::Mnist(a) => host::mlp::validate(&train_options(&a.train, &MNIST_DEFAULTS)?)?,
         Command::Iris(a) => host::mlp::validate(&train_options(&a.train, &IRIS_DEFAULTS)?)?,
@@ -301,32 +321,35 @@ fn run(cli: Cli) -> Result<()> {
         _ => {}
     }
     let device = cli.device;
+    let open = || Gpu::with_options(device, &opts);
     match cli.command {
-        Command::Info => info(&Gpu::new(device)?),
-        Command::Gemm(a) => gemm(&Gpu::new(device)?, &a),
-        Command::Regression(a) => regression(&Gpu::new(device)?, &a),
+        Command::Info => info(&open()?),
+        Command::Gemm(a) => gemm(&open()?, &a),
+        Command::Regression(a) => regression(&open()?, &a),
         Command::Mnist(a) => {
             let o = train_options(&a.train, &MNIST_DEFAULTS)?;
             let ds = host::mnist::load(&a.data.clone().unwrap_or_else(host::mnist::default_dir))?;
-            train(device, &o, &ds)
+            train((device, &opts), &o, &ds)
         }
         Command::Iris(a) => {
             let o = train_options(&a.train, &IRIS_DEFAULTS)?;
-            train(
-                device,
-                &o,
-                &host::iris::load(host::iris::CSV, a.train.seed)?,
-            )
+            let ds = host::iris::load(host::iris::CSV, a.train.seed)?;
+            train((device, &opts), &o, &ds)
         }
     }
 }
 
-/// Trains on GPU `device`, or data parallel on `o.gpus` GPUs from `device` on.
-fn train(device: usize, o: &host::mlp::Options, ds: &host::mlp::Dataset) -> Result<()> {
+/// Trains on GPU `device` (ordinal, options), or data parallel on `o.gpus` GPUs from it on,
+/// each opened with the same options.
+fn train(
+    (device, opts): (usize, &GpuOptions),
+    o: &host::mlp::Options,
+    ds: &host::mlp::Dataset,
+) -> Result<()> {
     if o.gpus > 1 {
-        host::mlp::train_data_parallel(device, o, ds)?;
+        host::mlp::train_data_parallel(device, opts, o, ds)?;
     } else {
-        host::mlp::train(&Gpu::new(device)?, o, ds)?;
+        host::mlp::train(&Gpu::with_options(device, opts)?, o, ds)?;
     }
     Ok(())
 }
@@ -601,6 +624,34 @@ mod tests {
             unreachable!()
         };
         assert_eq!(train_options(&a.train, &IRIS_DEFAULTS).unwrap().epochs, 7);
+    }
+
+    #[test]
+    fn emulation_flags_are_global_and_bad_values_are_errors_before_the_gpu() {
+        let parse = |args: &[&str]| {
+            let m = command().try_get_matches_from(args)?;
+            Ok::<_, clap::Error>(Cli::from_arg_matches(&m).unwrap())
+        };
+        for args in [
+            &["host", "--ptx", "sm_75", "--max-smem-kb", "64", "mnist"][..],
+            &["host", "gemm", "--max-smem-kb", "64", "--ptx", "sm_75"],
+        ] {
+            let cli = parse(args).unwrap();
+            assert_eq!((cli.ptx, cli.max_smem_kb), (Some(75), Some(64)), "{args:?}");
+        }
+        let cli = parse(&["host", "info"]).unwrap();
+        assert_eq!((cli.ptx, cli.max_smem_kb), (None, None));
+        for bad in [
+            &["host", "info", "--ptx", "75"][..],
+            &["host", "info", "--max-smem-kb", "-1"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let e = run(parse(&["host", "info", "--max-smem-kb", "0"]).unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains("--max-smem-kb must be positive"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Data-parallel training through NCCL against training on one GPU (GPU tests).
-use host::cuda::Gpu;
+use host::cuda::{Gpu, GpuOptions};
 use host::mlp::{Dataset, Options, train, train_data_parallel};
 
 fn layered() -> Options {
@@ -26,7 +26,7 @@ fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
         gpus: 1,
         ..layered()
     };
-    let replica = train_data_parallel(0, &one, &ds).unwrap();
+    let replica = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
     // A sum over one rank changes nothing: the same steps, bit for bit.
     assert_eq!(alone[0].step_losses, replica[0].step_losses);
     assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
@@ -35,7 +35,7 @@ fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
         batch: 128,
         ..layered()
     };
-    let e = train_data_parallel(0, &many, &ds)
+    let e = train_data_parallel(0, &GpuOptions::default(), &many, &ds)
         .err()
         .unwrap()
         .to_string();
@@ -57,7 +57,7 @@ fn two_gpus_follow_the_loss_curve_of_one() {
         gpus: 2,
         ..layered()
     };
-    let two = train_data_parallel(0, &two, &ds).unwrap();
+    let two = train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
     let (a, b) = (&one[0], &two[0]);
     assert_eq!(a.step_losses.len(), b.step_losses.len());
     // The first step starts from the same weights on the same 128 rows: only rounding differs

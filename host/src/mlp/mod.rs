@@ -8,7 +8,7 @@ pub mod reference;
 pub mod train;
 
 pub use parallel::train_data_parallel;
-pub use train::{Epoch, Options, train, validate};
+pub use train::{Epoch, Options, header, train, validate};
 
 /// Features of one split as they reach the GPU.
 pub enum Features {

@@ -7,15 +7,21 @@
 //! handed out through the environment as `torchrun` does (`docs/parallel.md`).
 use super::train::Trainer;
 use super::{Dataset, Epoch, Options};
-use crate::cuda::Gpu;
+use crate::cuda::{Gpu, GpuOptions};
 use crate::nccl::{self, Comm, UniqueId};
 use anyhow::{Result, anyhow, ensure};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Trains `o.gpus` replicas on GPUs `first..first + o.gpus`, through NCCL even for one GPU.
-/// Rank 0 prints, evaluates and writes the metrics and checkpoints; its results are returned.
-pub fn train_data_parallel(first: usize, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
+/// Trains `o.gpus` replicas on GPUs `first..first + o.gpus`, each opened with `gpu`, through
+/// NCCL even for one GPU. Rank 0 prints, evaluates and writes the metrics and checkpoints; its
+/// results are returned.
+pub fn train_data_parallel(
+    first: usize,
+    gpu: &GpuOptions,
+    o: &Options,
+    ds: &Dataset,
+) -> Result<Vec<Epoch>> {
     super::validate(o)?;
     let world = o.gpus;
     let present = Gpu::count()?;
@@ -37,7 +43,8 @@ pub fn train_data_parallel(first: usize, o: &Options, ds: &Dataset) -> Result<Ve
         let ranks: Vec<_> = (0..world)
             .map(|rank| {
                 let (meet, id) = (&meet, &id);
-                s.spawn(move || replica(rank, first + rank, id, meet, o, ds))
+                let device = (first + rank, gpu);
+                s.spawn(move || replica(rank, device, id, meet, o, ds))
             })
             .collect();
         ranks.into_iter().map(|r| r.join().unwrap()).collect()
@@ -45,17 +52,18 @@ pub fn train_data_parallel(first: usize, o: &Options, ds: &Dataset) -> Result<Ve
     first_error(results)
 }
 
-/// Rank `rank`'s whole run on GPU `device`. Ranks meet after each step that may fail on one
-/// alone, so that none is left waiting in a collective for a rank that has stopped.
+/// Rank `rank`'s whole run on GPU `device` (ordinal, options). Ranks meet after each step that
+/// may fail on one alone, so that none is left waiting in a collective for a rank that has
+/// stopped.
 fn replica(
     rank: usize,
-    device: usize,
+    (ordinal, options): (usize, &GpuOptions),
     id: &UniqueId,
     meet: &Meeting,
     o: &Options,
     ds: &Dataset,
 ) -> Result<Vec<Epoch>> {
-    let gpu = meet.all_ok(Gpu::new(device))?;
+    let gpu = meet.all_ok(Gpu::with_options(ordinal, options))?;
     gpu.ctx.bind_to_thread()?;
     let comm = Comm::new(id, rank, o.gpus)?;
     let o = if rank == 0 {

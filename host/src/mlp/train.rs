@@ -187,6 +187,17 @@ pub fn train(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<Vec<Epoch>> {
     Trainer::new(gpu, o, ds, None)?.run()
 }
 
+/// The first line a run of `o` on `ds` prints (the model, the GPU and its PTX, the engine and,
+/// where the persistent kernel does not apply, why), from the run set up but not trained.
+pub fn header(gpu: &Gpu, o: &Options, ds: &Dataset) -> Result<String> {
+    let o = Options {
+        quiet: true,
+        ..o.clone()
+    };
+    ensure!(o.gpus == 1, "a data-parallel run's header is rank 0's");
+    Trainer::new(gpu, &o, ds, None)?.header()
+}
+
 /// How a run trains each epoch.
 enum Engine {
     /// One launch of the persistent kernel runs the whole epoch.
@@ -339,14 +350,21 @@ impl<'a> Trainer<'a> {
     }
 
     fn print_header(&self) -> Result<()> {
+        println!("{}", self.header()?);
+        Ok(())
+    }
+
+    /// The first line of a run: the model and data, the GPU as the host sees it (its PTX, a
+    /// shared-memory cap), the hyperparameters and the engine.
+    fn header(&self) -> Result<String> {
         let (o, ds) = (self.o, self.ds);
         let sizes: Vec<_> = self.sizes.iter().map(|s| s.to_string()).collect();
-        println!(
-            "{} MLP {} on {} ({} PTX): {} train / {} test examples, batch {}, {} steps/epoch, lr {} momentum {}, init {:?}, {} accumulation, {}",
+        Ok(format!(
+            "{} MLP {} on {} ({}): {} train / {} test examples, batch {}, {} steps/epoch, lr {} momentum {}, init {:?}, {} accumulation, {}",
             ds.name,
             sizes.join("-"),
             self.gpu.name()?,
-            self.gpu.ptx.arch,
+            self.gpu.describe_ptx(),
             ds.train.count,
             ds.test.count,
             o.batch,
@@ -356,8 +374,7 @@ impl<'a> Trainer<'a> {
             o.init,
             o.accum.suffix(),
             self.engine_description(),
-        );
-        Ok(())
+        ))
     }
 
     fn engine_description(&self) -> String {
