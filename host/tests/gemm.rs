@@ -179,18 +179,32 @@ fn bad_configs_are_errors() {
             .to_string()
             .contains("split-K")
     );
-    // A configuration that needs more shared memory than the device allows, made up here.
+    // A configuration that needs more shared memory than the device allows, made up here, of
+    // the oldest architecture so that every PTX would hold it.
     let huge: &'static gpu::gemm::TileConfig = Box::leak(Box::new(gpu::gemm::TileConfig {
-        name: "tc80_huge",
+        name: "tc75_huge",
         block: (256, 256, 256),
         warp: (64, 64),
-        instruction: (16, 8, 16),
+        instruction: (16, 8, 8),
         stages: 4,
-        min_sm: 80,
+        min_sm: 75,
     }));
     let p = Problem::new(64, 64, 64, Layout::NN);
     let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();
     assert!(e.to_string().contains("shared memory"), "{e}");
+    // A configuration newer than the loaded PTX (there is one unless it is the newest).
+    for c in gpu::gemm::TILE_CONFIGS
+        .iter()
+        .filter(|c| c.min_sm > g.ptx.sm)
+    {
+        let v = Version::Tensor(c, gpu::gemm::Accum::F16);
+        let e = gemm::launch(&g, v, &p, none).unwrap_err().to_string();
+        let needs = format!(
+            "needs sm_{} PTX, but the {} PTX is loaded",
+            c.min_sm, g.ptx.arch
+        );
+        assert!(e.contains(&needs), "{e}");
+    }
 }
 
 /// For a small output the host picks the tile with the most blocks, and among rows of that

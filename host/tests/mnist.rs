@@ -5,9 +5,10 @@ use gpu::params::PersistentShuffle;
 use gpu::persistent::{label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, ParamBlock, PushKernelArg, dptr};
+use host::kernels;
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Persistent, Support};
-use host::mlp::{Dataset, Options, reference, train};
+use host::mlp::{Dataset, Options, header, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn options() -> Options {
@@ -21,6 +22,27 @@ fn options() -> Options {
 
 fn mnist() -> Dataset {
     host::mnist::load(&host::mnist::default_dir()).unwrap()
+}
+
+/// Whether the loaded PTX lacks kernel `name`; if it does, says that the test is skipped.
+fn lacks(g: &Gpu, name: &str) -> bool {
+    if kernels::in_ptx_of(name, g.ptx.sm) {
+        return false;
+    }
+    let oldest = kernels::NAMED.iter().find(|(n, _)| *n == name).unwrap().1;
+    eprintln!(
+        "skipped: {name} needs sm_{oldest} PTX, this build loaded {}",
+        g.ptx.arch
+    );
+    true
+}
+
+/// Whether the persistent kernel trains the run of `o` on MNIST here, by the check the
+/// training loop makes.
+fn persistent_support(g: &Gpu, o: &Options, ds: &Dataset) -> Support {
+    let sizes = [ds.train.dim, o.hidden[0], ds.classes];
+    let steps = ds.train.count / o.batch;
+    persistent::support(g, &sizes, o.batch, steps, o.accum).unwrap()
 }
 
 #[test]
@@ -97,7 +119,10 @@ fn one_step_gradients_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_shuffle_matches_cpu() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let f = g.function(host::kernels::PERSISTENT_SHUFFLE).unwrap();
+    if lacks(&g, kernels::PERSISTENT_SHUFFLE) {
+        return;
+    }
+    let f = g.function(kernels::PERSISTENT_SHUFFLE).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     for (n, dim, count, seed) in [(1000usize, 784usize, 996usize, 5u32), (37, 48, 30, 6)] {
         let x: Vec<u16> = (0..n * dim).map(|_| rng.random()).collect();
@@ -153,6 +178,15 @@ fn persistent_shuffle_matches_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    if lacks(&g, kernels::PERSISTENT_F16) {
+        // The check the training loop makes refuses it with the reason.
+        let s = persistent::support(&g, &[48, 24, 10], 8, 4, Accum::F16).unwrap();
+        assert!(
+            matches!(&s, Support::No(why) if why.contains("needs sm_80 PTX")),
+            "{s:?}"
+        );
+        return;
+    }
     let mut rng = StdRng::seed_from_u64(7);
     // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two), at
     // input widths of 3 and of 49 dW1 tiles.
@@ -298,7 +332,14 @@ fn persistent_steps_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_later_epochs_take_the_layered_batches() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    if lacks(&g, kernels::PERSISTENT_F16) {
+        return;
+    }
     let ds = mnist();
+    if let Support::No(why) = persistent_support(&g, &options(), &ds) {
+        eprintln!("skipped: the persistent kernel does not train this run on this GPU: {why}");
+        return;
+    }
     let epochs = 3;
     let layered = train(
         &g,
@@ -354,6 +395,9 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
         &ds,
     )
     .unwrap();
+    // The default run: the persistent kernel where it applies, else the layered engine.
+    let support = persistent_support(&g, &options(), &ds);
+    let first_line = header(&g, &options(), &ds).unwrap();
     let persistent = train(&g, &options(), &ds).unwrap();
     for (name, run) in [("layered", &graph), ("persistent", &persistent)] {
         let acc = run[0].test_accuracy;
@@ -368,11 +412,23 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
         graph[0].step_losses, eager[0].step_losses,
         "graph replay and eager launches must compute the same steps"
     );
-    // Same batches, same init: the two paths differ only in rounding.
-    let (a, b) = (graph[0].train_loss, persistent[0].train_loss);
-    assert!(
-        (a - b).abs() < 0.05 * a,
-        "mean train loss of the epoch: layered {a}, persistent {b}"
+    let Support::No(why) = support else {
+        assert!(first_line.contains("persistent kernel ("), "{first_line}");
+        // Same batches, same init: the two paths differ only in rounding.
+        let (a, b) = (graph[0].train_loss, persistent[0].train_loss);
+        assert!(
+            (a - b).abs() < 0.05 * a,
+            "mean train loss of the epoch: layered {a}, persistent {b}"
+        );
+        return;
+    };
+    // Where the persistent kernel does not apply (an sm_75 build, or too little shared
+    // memory), the default run says why and trains on the layered engine: the same steps.
+    let said = format!("the persistent kernel does not apply: {why}");
+    assert!(first_line.contains(&said), "{first_line}");
+    assert_eq!(
+        graph[0].step_losses, persistent[0].step_losses,
+        "the default run falls back to the layered engine ({why})"
     );
 }
 
