@@ -80,3 +80,45 @@ fn two_gpus_follow_the_loss_curve_of_one() {
         b.test_accuracy
     );
 }
+
+/// Each replica opens its GPU with the run's options: one replica with an older embedded PTX
+/// trains exactly as one GPU opened with it, and not as the newest PTX does.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn replicas_open_their_gpus_with_the_runs_options() {
+    let newest = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let Some(older) = host::ptx::EMBEDDED
+        .iter()
+        .filter(|p| p.sm < newest.ptx.sm)
+        .min_by_key(|p| p.sm)
+    else {
+        eprintln!(
+            "skipped: it needs an embedded PTX older than {}, this build has only that",
+            newest.ptx.arch
+        );
+        return;
+    };
+    let opts = GpuOptions {
+        ptx: Some(older.sm),
+        ..GpuOptions::default()
+    };
+    let g = Gpu::with_options(0, &opts).unwrap();
+    let ds = mnist();
+    let alone = train(&g, &layered(), &ds).unwrap();
+    let one = Options {
+        gpus: 1,
+        ..layered()
+    };
+    let replica = train_data_parallel(0, &opts, &one, &ds).unwrap();
+    assert_eq!(
+        alone[0].step_losses, replica[0].step_losses,
+        "{}",
+        older.arch
+    );
+    let default = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
+    assert_ne!(
+        default[0].step_losses, replica[0].step_losses,
+        "{} and {} kernels computed the same steps to the bit",
+        older.arch, newest.ptx.arch
+    );
+}

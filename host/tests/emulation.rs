@@ -1,0 +1,239 @@
+//! An older architecture's path on a newer GPU: GPU 0 opened with an older embedded PTX
+//! (`--ptx`) and a cap on its shared memory per block (`--max-smem-kb`) (GPU tests).
+use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
+use gpu::persistent::Smem;
+use host::cuda::{Gpu, GpuOptions, ModuleForm};
+use host::gemm::{self, Problem, Ptrs, Version};
+use host::mlp::persistent::{self, Support};
+use host::mlp::{Dataset, Options, header, train};
+
+const KIB_64: usize = 64 * 1024;
+
+fn mnist() -> Dataset {
+    host::mnist::load(&host::mnist::default_dir()).unwrap()
+}
+
+/// One epoch of the default MNIST run (784-128-10, batch 128).
+fn options() -> Options {
+    Options {
+        epochs: 1,
+        seed: 3,
+        quiet: true,
+        ..Options::default()
+    }
+}
+
+/// GPU 0 opened with the oldest embedded PTX from sm_`oldest` to sm_`newest` that it runs, its
+/// shared memory capped at `max_smem`; or `None`, having said why the test is skipped, where
+/// the build embeds no such PTX, the GPU is older than it, or has less shared memory than the
+/// cap.
+fn open(oldest: u32, newest: u32, max_smem: Option<usize>) -> Option<Gpu> {
+    let device = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let embedded: Vec<_> = host::ptx::EMBEDDED.iter().map(|p| p.arch).collect();
+    let arch = host::ptx::EMBEDDED
+        .iter()
+        .map(|p| p.sm)
+        .filter(|&sm| (oldest..=newest).contains(&sm) && sm <= device.sm)
+        .min();
+    let has = device.device_max_smem_optin();
+    let why = match arch {
+        None => {
+            let newer = if oldest == newest { "" } else { " or newer" };
+            format!(
+                "it needs sm_{oldest} PTX{newer} that this GPU (sm_{}) runs, this build embeds {embedded:?}",
+                device.sm
+            )
+        }
+        Some(_) if max_smem.is_some_and(|cap| cap > has) => {
+            let cap = max_smem.unwrap_or_default();
+            format!("it caps shared memory at {cap} B per block, this GPU has only {has} B")
+        }
+        Some(arch) => {
+            let o = GpuOptions {
+                ptx: Some(arch),
+                max_smem,
+            };
+            return Some(Gpu::with_options(0, &o).unwrap());
+        }
+    };
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// The sm_75 path on a newer GPU: the sm_75 PTX (its cubin only where that SASS runs here),
+/// only sm_75 GEMM configurations, and MNIST trained by the layered engine, whose first line
+/// says why the persistent kernel does not apply.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sm75_ptx_trains_mnist_on_the_layered_engine() {
+    let Some(g) = open(75, 75, None) else {
+        return;
+    };
+    assert_eq!(g.ptx.arch, "sm_75");
+    let form = match g.ptx.cubin_for(g.sm) {
+        Some(_) => ModuleForm::Cubin,
+        None => ModuleForm::Ptx,
+    };
+    assert_eq!(g.form, form, "sm_75 module on sm_{}", g.sm);
+    assert_eq!(g.ptx_choice(), "chosen with --ptx");
+    let newer = |v: &Version| matches!(v, Version::Tensor(c, _) if c.min_sm > 75);
+    assert!(!Version::all_for(&g).iter().any(newer));
+    assert_eq!(gemm::choose_config(&g, 128, 128, 784).unwrap().min_sm, 75);
+    let ds = mnist();
+    let first_line = header(&g, &options(), &ds).unwrap();
+    for said in [
+        "(sm_75 PTX, chosen with --ptx)",
+        "the persistent kernel does not apply: it needs sm_80 PTX or newer, this run loads sm_75 PTX (chosen with --ptx)",
+    ] {
+        assert!(first_line.contains(said), "{first_line}");
+    }
+    let run = train(&g, &options(), &ds).unwrap();
+    let acc = run[0].test_accuracy;
+    assert!(acc > 0.9, "one epoch reached only {:.2}%", 100.0 * acc);
+}
+
+/// Tensor-core configurations of `g`'s PTX that need more than 64 KiB per block.
+fn over_64_kib(g: &Gpu) -> Vec<&'static TileConfig> {
+    let big: Vec<_> = TILE_CONFIGS
+        .iter()
+        .filter(|c| c.min_sm <= g.ptx.sm && c.smem_bytes() > KIB_64)
+        .collect();
+    assert!(
+        !big.is_empty(),
+        "the tile table has no configuration over 64 KiB"
+    );
+    big
+}
+
+/// With sm_80 PTX (or the oldest newer one embedded) and shared memory capped at 64 KiB, the
+/// persistent kernel is refused for
+/// MNIST's batch of 128 by the shared-memory check (and still taken where a block fits), and
+/// the run trains on the layered engine, saying so.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn smem_cap_refuses_the_persistent_kernel_for_what_does_not_fit() {
+    let Some(g) = open(80, u32::MAX, Some(KIB_64)) else {
+        return;
+    };
+    assert_eq!(g.max_smem_optin(), KIB_64);
+    let ds = mnist();
+    let (o, sizes) = (options(), [ds.train.dim, 128, ds.classes]);
+    let steps = ds.train.count / o.batch;
+    let cap = "--max-smem-kb caps a block at 65536 B";
+    match persistent::support(&g, &sizes, o.batch, steps, Accum::F16).unwrap() {
+        Support::No(why) => assert!(why.contains("shared memory") && why.contains(cap), "{why}"),
+        Support::Yes => panic!("the persistent kernel was taken under a 64 KiB cap"),
+    }
+    assert!(Smem::new(8, 48).bytes <= KIB_64);
+    assert_eq!(
+        persistent::support(&g, &[48, 32, 10], 8, 4, Accum::F16).unwrap(),
+        Support::Yes,
+        "a block that fits the cap"
+    );
+    let first_line = header(&g, &o, &ds).unwrap();
+    let capped = format!(
+        "({} PTX, chosen with --ptx, shared memory capped at 64 KiB per block)",
+        g.ptx.arch
+    );
+    for said in [
+        capped.as_str(),
+        "the persistent kernel does not apply: a batch of 128 × 784 needs",
+    ] {
+        assert!(first_line.contains(said), "{first_line}");
+    }
+    let run = train(&g, &o, &ds).unwrap();
+    let acc = run[0].test_accuracy;
+    assert!(acc > 0.9, "one epoch reached only {:.2}%", 100.0 * acc);
+}
+
+/// With sm_80 PTX (or the oldest newer one embedded) and shared memory capped at 64 KiB, no
+/// GEMM configuration over the cap is run, chosen or forced; without the cap the same GPU
+/// chooses one for a large square.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn smem_cap_refuses_gemm_configs_that_need_more() {
+    let Some(g) = open(80, u32::MAX, Some(KIB_64)) else {
+        return;
+    };
+    let runs = Version::all_for(&g);
+    let none = Ptrs {
+        a: 0,
+        b: 0,
+        c: 0,
+        bias: 0,
+        ws: 0,
+    };
+    let p = Problem::new(256, 256, 256, Layout::NN);
+    let ds = mnist();
+    for c in over_64_kib(&g) {
+        let v = Version::Tensor(c, Accum::F16);
+        assert!(!runs.contains(&v), "{} is listed", c.name);
+        let e = gemm::launch(&g, v, &p, none).unwrap_err().to_string();
+        assert!(
+            e.contains("shared memory") && e.contains("--max-smem-kb"),
+            "{e}"
+        );
+        // As `--config` forces it for training.
+        let o = Options {
+            config: Some(v),
+            ..options()
+        };
+        let e = train(&g, &o, &ds).err().unwrap().to_string();
+        assert!(
+            e.contains("shared memory") && e.contains("--max-smem-kb"),
+            "{e}"
+        );
+    }
+    for (m, n, k) in [(4096, 4096, 4096), (128, 128, 784), (128, 784, 128)] {
+        let c = gemm::choose_config(&g, m, n, k).unwrap();
+        assert!(
+            c.smem_bytes() <= KIB_64 && c.min_sm == 80,
+            "{m}×{n}×{k}: {}",
+            c.name
+        );
+    }
+    let uncapped = GpuOptions {
+        max_smem: None,
+        ..g.options.clone()
+    };
+    let full = Gpu::with_options(0, &uncapped).unwrap();
+    let c = gemm::choose_config(&full, 4096, 4096, 4096).unwrap();
+    assert!(c.smem_bytes() > KIB_64, "uncapped, 4096³ takes {}", c.name);
+}
+
+/// Options the GPU or the build cannot honour are one-line errors that say what is embedded
+/// and what the GPU is.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn options_the_gpu_cannot_honour_are_errors() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let error = |o: GpuOptions| Gpu::with_options(0, &o).err().unwrap().to_string();
+    let real = g.device_max_smem_optin();
+    for cap in [0, real + 1024] {
+        let e = error(GpuOptions {
+            max_smem: Some(cap),
+            ..GpuOptions::default()
+        });
+        assert!(e.contains("--max-smem-kb") && !e.contains('\n'), "{e}");
+    }
+    let e = error(GpuOptions {
+        ptx: Some(61),
+        ..GpuOptions::default()
+    });
+    let device = format!("the GPU is sm_{}", g.sm);
+    assert!(
+        e.contains("sm_61 is not embedded") && e.contains(&device),
+        "{e}"
+    );
+    assert!(e.contains(g.ptx.arch) && !e.contains('\n'), "{e}");
+    if let Some(p) = host::ptx::EMBEDDED.iter().find(|p| p.sm > g.sm) {
+        let e = error(GpuOptions {
+            ptx: Some(p.sm),
+            ..GpuOptions::default()
+        });
+        let newer = format!("newer than this GPU (sm_{})", g.sm);
+        assert!(e.contains(&newer), "{e}");
+    }
+    let same = Gpu::with_options(0, &GpuOptions::default()).unwrap();
+    assert_eq!((same.ptx.arch, same.max_smem_optin()), (g.ptx.arch, real));
+}
