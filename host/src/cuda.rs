@@ -18,8 +18,9 @@ use std::time::Duration;
 
 pub use cudarc::driver::PushKernelArg;
 
-/// How a [`Gpu`] presents itself to the host, for studying an older architecture's path on a
-/// newer device: the PTX it loads and the shared memory the host believes a block may use.
+/// How a [`Gpu`] loads its module and presents itself to the host: the PTX it loads (for
+/// studying an older architecture's path on a newer device), whether a cubin may stand in for
+/// it, and the shared memory the host believes a block may use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Compute capability ×10 of the embedded PTX to load (`--ptx sm_75`: 75) instead of the
@@ -28,6 +29,10 @@ pub struct GpuOptions {
     /// Bytes of shared memory per block the host takes as the device's opt-in limit
     /// (`--max-smem-kb`), at most the real one.
     pub max_smem: Option<usize>,
+    /// Load the PTX even where an embedded cubin runs (`--jit`): the driver's compiler can be
+    /// newer than the build's ptxas and its SASS faster, at the price of the compile on an
+    /// empty driver cache.
+    pub jit: bool,
 }
 
 impl GpuOptions {
@@ -101,7 +106,7 @@ impl Gpu {
         let smem_device =
             ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize;
         let smem = smem_limit(smem_device, options.max_smem)?;
-        let (module, form) = load_module(&ctx, ptx, sm)?;
+        let (module, form) = load_module(&ctx, ptx, sm, options.jit)?;
         // The highest priority: where another stream's kernels run beside this one's (the
         // persistent kernel's shuffle ahead), this stream's blocks take freed SMs first.
         ctx.bind_to_thread()?;
@@ -302,8 +307,9 @@ fn load_module(
     ctx: &Arc<CudaContext>,
     ptx: &EmbeddedPtx,
     sm: u32,
+    jit: bool,
 ) -> Result<(Arc<CudaModule>, ModuleForm)> {
-    if let Some(cubin) = ptx.cubin_for(sm) {
+    if let Some(cubin) = ptx.cubin_for(sm).filter(|_| !jit) {
         match ctx.load_module(Ptx::from_binary(ptx::decompress(cubin)?)) {
             Ok(module) => return Ok((module, ModuleForm::Cubin)),
             // A driver older than the build's ptxas refuses its cubins, yet may take the PTX

@@ -28,6 +28,11 @@ struct Cli {
     /// a GPU with that much.
     #[arg(long, global = true, value_name = "N")]
     max_smem_kb: Option<u32>,
+    /// Have the driver compile the PTX even where an embedded cubin runs: its compiler may be
+    /// newer than the build's ptxas (and its code faster); the compile takes seconds on a first
+    /// run, after which the driver caches it.
+    #[arg(long, global = true)]
+    jit: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -311,6 +316,7 @@ fn run(cli: Cli) -> Result<()> {
     let opts = GpuOptions {
         ptx: cli.ptx,
         max_smem: cli.max_smem_kb.map(|kb| kb as usize * 1024),
+        jit: cli.jit,
     };
     // Bad flags are reported before the GPU is touched.
     opts.validate()?;

@@ -52,6 +52,7 @@ fn open(oldest: u32, newest: u32, max_smem: Option<usize>) -> Option<Gpu> {
             let o = GpuOptions {
                 ptx: Some(arch),
                 max_smem,
+                ..GpuOptions::default()
             };
             return Some(Gpu::with_options(0, &o).unwrap());
         }

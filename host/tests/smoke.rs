@@ -111,6 +111,13 @@ fn module_loads_and_has_every_named_kernel() {
     eprintln!("module: {}", g.module_source());
     if g.ptx.cubin_for(g.sm).is_some() {
         assert_eq!(g.form, ModuleForm::Cubin, "sm_{} has its cubin", g.sm);
+        // Asked to, the driver compiles the PTX instead.
+        let jit = host::cuda::GpuOptions {
+            jit: true,
+            ..Default::default()
+        };
+        let j = host::cuda::Gpu::with_options(0, &jit).unwrap();
+        assert_eq!(j.form, ModuleForm::Ptx);
     }
     let mut names: Vec<String> = kernels::NAMED
         .iter()
