@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots of a results folder (CSV files written by the runs in docs/RESULTS.md), with matplotlib:
 
-    python3 bench/plot.py docs/results/2026-11-24-h100-report-87389ec
+    python3 bench/plot.py [FOLDER]     (default: the report folder in docs/results)
 
 writes mnist_loss.png (loss curves, ours and PyTorch, hidden 128), mnist_widths.png (time per
 epoch against hidden width), regression_sweep.png (time against points), regression_ops.png (time per op of one
@@ -136,7 +136,7 @@ def init_study(d):
 
 
 if __name__ == "__main__":
-    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/results")
+    d = Path(sys.argv[1]) if len(sys.argv) > 1 else max(Path("docs/results").iterdir())
     loss_curves(d)
     widths(d)
     regression(d)
