@@ -246,7 +246,7 @@ impl Problem {
 
 /// Device addresses of the operands (`bias` 0 for none; `ws` the split-K workspace of
 /// [`workspace_len`] f32, 0 when not splitting).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Ptrs {
     pub a: u64,
     pub b: u64,

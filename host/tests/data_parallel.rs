@@ -1,19 +1,15 @@
 //! Data-parallel training through NCCL against training on one GPU (GPU tests).
+mod common;
+
+use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
-use host::mlp::{Dataset, Options, train, train_data_parallel};
+use host::mlp::{Options, train, train_data_parallel};
 
 fn layered() -> Options {
     Options {
-        epochs: 1,
-        seed: 3,
-        quiet: true,
         layered: true,
-        ..Options::default()
+        ..one_epoch()
     }
-}
-
-fn mnist() -> Dataset {
-    host::mnist::load(&host::mnist::default_dir()).unwrap()
 }
 
 #[test]

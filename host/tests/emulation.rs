@@ -1,27 +1,16 @@
 //! An older architecture's path on a newer GPU: GPU 0 opened with an older embedded PTX
 //! (`--ptx`) and a cap on its shared memory per block (`--max-smem-kb`) (GPU tests).
+mod common;
+
+use common::{mnist, one_epoch};
 use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 use gpu::persistent::Smem;
 use host::cuda::{Gpu, GpuOptions, ModuleForm};
 use host::gemm::{self, Problem, Ptrs, Version};
 use host::mlp::persistent::{self, Support};
-use host::mlp::{Dataset, Options, header, train};
+use host::mlp::{Options, header, train};
 
 const KIB_64: usize = 64 * 1024;
-
-fn mnist() -> Dataset {
-    host::mnist::load(&host::mnist::default_dir()).unwrap()
-}
-
-/// One epoch of the default MNIST run (784-128-10, batch 128).
-fn options() -> Options {
-    Options {
-        epochs: 1,
-        seed: 3,
-        quiet: true,
-        ..Options::default()
-    }
-}
 
 /// GPU 0 opened with the oldest embedded PTX from sm_`oldest` to sm_`newest` that it runs, its
 /// shared memory capped at `max_smem`; or `None`, having said why the test is skipped, where
@@ -81,14 +70,14 @@ fn sm75_ptx_trains_mnist_on_the_layered_engine() {
     assert!(!Version::all_for(&g).iter().any(newer));
     assert_eq!(gemm::choose_config(&g, 128, 128, 784).unwrap().min_sm, 75);
     let ds = mnist();
-    let first_line = header(&g, &options(), &ds).unwrap();
+    let first_line = header(&g, &one_epoch(), &ds).unwrap();
     for said in [
         "(sm_75 PTX, chosen with --ptx)",
         "the persistent kernel does not apply: it needs sm_80 PTX or newer, this run loads sm_75 PTX (chosen with --ptx)",
     ] {
         assert!(first_line.contains(said), "{first_line}");
     }
-    let run = train(&g, &options(), &ds).unwrap();
+    let run = train(&g, &one_epoch(), &ds).unwrap();
     let acc = run[0].test_accuracy;
     assert!(acc > 0.9, "one epoch reached only {:.2}%", 100.0 * acc);
 }
@@ -118,7 +107,7 @@ fn smem_cap_refuses_the_persistent_kernel_for_what_does_not_fit() {
     };
     assert_eq!(g.max_smem_optin(), KIB_64);
     let ds = mnist();
-    let (o, sizes) = (options(), [ds.train.dim, 128, ds.classes]);
+    let (o, sizes) = (one_epoch(), [ds.train.dim, 128, ds.classes]);
     let steps = ds.train.count / o.batch;
     let cap = "--max-smem-kb caps a block at 65536 B";
     match persistent::support(&g, &sizes, o.batch, steps, Accum::F16).unwrap() {
@@ -157,13 +146,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         return;
     };
     let runs = Version::all_for(&g);
-    let none = Ptrs {
-        a: 0,
-        b: 0,
-        c: 0,
-        bias: 0,
-        ws: 0,
-    };
+    let none = Ptrs::default();
     let p = Problem::new(256, 256, 256, Layout::NN);
     let ds = mnist();
     for c in over_64_kib(&g) {
@@ -177,7 +160,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         // As `--config` forces it for training.
         let o = Options {
             config: Some(v),
-            ..options()
+            ..one_epoch()
         };
         let e = train(&g, &o, &ds).err().unwrap().to_string();
         assert!(

@@ -151,13 +151,7 @@ fn split_k_matches_cpu() {
 #[ignore = "needs a CUDA GPU"]
 fn bad_configs_are_errors() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let none = Ptrs {
-        a: 0,
-        b: 0,
-        c: 0,
-        bias: 0,
-        ws: 0,
-    };
+    let none = Ptrs::default();
     let p = Problem::new(0, 4, 4, Layout::NN);
     assert!(gemm::launch(&g, Version::Simt("naive"), &p, none).is_err());
     // Split-K without a workspace, and on a SIMT version.

@@ -1,4 +1,7 @@
 //! MLP training on the GPU against the CPU reference (GPU tests).
+mod common;
+
+use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
@@ -10,19 +13,6 @@ use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Persistent, Support};
 use host::mlp::{Dataset, Options, header, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-
-fn options() -> Options {
-    Options {
-        epochs: 1,
-        seed: 3,
-        quiet: true,
-        ..Options::default()
-    }
-}
-
-fn mnist() -> Dataset {
-    host::mnist::load(&host::mnist::default_dir()).unwrap()
-}
 
 /// Whether the loaded PTX lacks kernel `name`; if it does, says that the test is skipped.
 fn lacks(g: &Gpu, name: &str) -> bool {
@@ -336,7 +326,7 @@ fn persistent_later_epochs_take_the_layered_batches() {
         return;
     }
     let ds = mnist();
-    if let Support::No(why) = persistent_support(&g, &options(), &ds) {
+    if let Support::No(why) = persistent_support(&g, &one_epoch(), &ds) {
         eprintln!("skipped: the persistent kernel does not train this run on this GPU: {why}");
         return;
     }
@@ -346,7 +336,7 @@ fn persistent_later_epochs_take_the_layered_batches() {
         &Options {
             epochs,
             layered: true,
-            ..options()
+            ..one_epoch()
         },
         &ds,
     )
@@ -355,7 +345,7 @@ fn persistent_later_epochs_take_the_layered_batches() {
         &g,
         &Options {
             epochs,
-            ..options()
+            ..one_epoch()
         },
         &ds,
     )
@@ -383,7 +373,7 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
     let ds = mnist();
     let layered = Options {
         layered: true,
-        ..options()
+        ..one_epoch()
     };
     let graph = train(&g, &layered, &ds).unwrap();
     let eager = train(
@@ -396,9 +386,9 @@ fn one_epoch_learns_and_graph_replay_matches_eager() {
     )
     .unwrap();
     // The default run: the persistent kernel where it applies, else the layered engine.
-    let support = persistent_support(&g, &options(), &ds);
-    let first_line = header(&g, &options(), &ds).unwrap();
-    let persistent = train(&g, &options(), &ds).unwrap();
+    let support = persistent_support(&g, &one_epoch(), &ds);
+    let first_line = header(&g, &one_epoch(), &ds).unwrap();
+    let persistent = train(&g, &one_epoch(), &ds).unwrap();
     for (name, run) in [("layered", &graph), ("persistent", &persistent)] {
         let acc = run[0].test_accuracy;
         assert!(
@@ -441,7 +431,7 @@ fn bad_input_is_an_error() {
         &g,
         &Options {
             batch: 70000,
-            ..options()
+            ..one_epoch()
         },
         &ds,
     )
@@ -463,7 +453,7 @@ fn bad_input_is_an_error() {
         &Options {
             lr: 1e4,
             epochs: 1,
-            ..options()
+            ..one_epoch()
         },
         &ds,
     )
@@ -483,7 +473,7 @@ fn iris_with_default_flags_reaches_93_percent() {
         batch: 16,
         lr: 0.05,
         seed: 0,
-        ..options()
+        ..one_epoch()
     };
     let ds = host::iris::load(host::iris::CSV, 0).unwrap();
     let r = train(&g, &o, &ds).unwrap();
