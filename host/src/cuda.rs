@@ -192,7 +192,7 @@ impl Gpu {
 
     /// The shared-memory limit in words, for errors and reasons: what the device allows, or
     /// what the cap allows.
-    pub fn smem_limit(&self) -> String {
+    pub fn describe_smem_limit(&self) -> String {
         match self.options.max_smem {
             Some(_) => format!("--max-smem-kb caps a block at {} B", self.smem),
             None => format!("this GPU allows {} B per block", self.smem),
@@ -212,7 +212,7 @@ impl Gpu {
     pub fn describe_ptx(&self) -> String {
         let mut s = format!("{} PTX", self.ptx.arch);
         if self.options.ptx.is_some() {
-            s += ", chosen with --ptx";
+            s += &format!(", {}", self.ptx_choice());
         }
         if self.options.max_smem.is_some() {
             s += &format!(

@@ -62,7 +62,7 @@ impl Version {
             "{} needs {} B of shared memory per block; {}",
             self.label(),
             self.smem_bytes(),
-            gpu.smem_limit()
+            gpu.describe_smem_limit()
         );
         Ok(())
     }
@@ -319,7 +319,7 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static
             anyhow::anyhow!(
                 "no tensor-core GEMM configuration of the {} PTX fits: {}",
                 gpu.ptx.arch,
-                gpu.smem_limit()
+                gpu.describe_smem_limit()
             )
         })
 }

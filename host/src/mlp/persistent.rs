@@ -120,7 +120,7 @@ fn resource_support(
     if bytes > gpu.max_smem_optin() {
         return Ok(Support::No(format!(
             "a batch of {batch} × {dim} needs {bytes} B of shared memory, {}",
-            gpu.smem_limit()
+            gpu.describe_smem_limit()
         )));
     }
     let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
