@@ -7,7 +7,7 @@ use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 use gpu::persistent::Smem;
 use host::cuda::{Gpu, GpuOptions, ModuleForm};
 use host::gemm::{self, Problem, Ptrs, Version};
-use host::mlp::persistent::{self, Support};
+use host::mlp::persistent::{self, Feed, Support};
 use host::mlp::{Options, header, train};
 
 const KIB_64: usize = 64 * 1024;
@@ -50,13 +50,13 @@ fn open(oldest: u32, newest: u32, max_smem: Option<usize>) -> Option<Gpu> {
     None
 }
 
-/// The sm_75 path on a newer GPU: the sm_75 PTX (its cubin only where that SASS runs here),
-/// only sm_75 GEMM configurations, and MNIST trained by the layered engine, whose first line
-/// says why the persistent kernel does not apply.
+/// The sm_75 path on a newer GPU, as Turing runs it: the sm_75 PTX (its cubin only where that
+/// SASS runs here) capped at Turing's 64 KiB, only sm_75 GEMM configurations, and MNIST
+/// trained by the streamed persistent kernel through two stages, as its first line says.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn sm75_ptx_trains_mnist_on_the_layered_engine() {
-    let Some(g) = open(75, 75, None) else {
+fn sm75_ptx_trains_mnist_on_the_streamed_persistent_kernel() {
+    let Some(g) = open(75, 75, Some(KIB_64)) else {
         return;
     };
     assert_eq!(g.ptx.arch, "sm_75");
@@ -72,8 +72,8 @@ fn sm75_ptx_trains_mnist_on_the_layered_engine() {
     let ds = mnist();
     let first_line = header(&g, &one_epoch(), &ds).unwrap();
     for said in [
-        "(sm_75 PTX, chosen with --ptx)",
-        "the persistent kernel does not apply: it needs sm_80 PTX or newer, this run loads sm_75 PTX (chosen with --ptx)",
+        "(sm_75 PTX, chosen with --ptx, shared memory capped at 64 KiB per block)",
+        "persistent kernel (32 blocks, the batch streamed in 128-input chunks through 2 stages)",
     ] {
         assert!(first_line.contains(said), "{first_line}");
     }
@@ -95,26 +95,40 @@ fn over_64_kib(g: &Gpu) -> Vec<&'static TileConfig> {
     big
 }
 
-/// With sm_80 PTX (or the oldest newer one embedded) and shared memory capped at 64 KiB, the
-/// persistent kernel is refused for
-/// MNIST's batch of 128 by the shared-memory check (and still taken where a block fits), and
-/// the run trains on the layered engine, saying so.
+/// With sm_80 PTX (or the oldest newer one embedded) and shared memory capped, MNIST's batch
+/// of 128 streams through the stages that fit (two in 64 KiB, four in 99 KiB); under 48 KiB
+/// even two stages do not fit, and the run trains on the layered engine, saying why.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn smem_cap_refuses_the_persistent_kernel_for_what_does_not_fit() {
-    let Some(g) = open(80, u32::MAX, Some(KIB_64)) else {
-        return;
-    };
-    assert_eq!(g.max_smem_optin(), KIB_64);
+fn smem_cap_streams_the_batch_or_refuses_what_does_not_fit() {
     let ds = mnist();
     let (o, sizes) = (one_epoch(), [ds.train.dim, 128, ds.classes]);
-    let steps = ds.train.count / o.batch;
-    let cap = "--max-smem-kb caps a block at 65536 B";
-    match persistent::support(&g, &sizes, o.batch, steps, Accum::F16).unwrap() {
-        Support::No(why) => assert!(why.contains("shared memory") && why.contains(cap), "{why}"),
-        Support::Yes => panic!("the persistent kernel was taken under a 64 KiB cap"),
+    for (kib, stages) in [(64, 2), (99, 4)] {
+        let Some(g) = open(80, u32::MAX, Some(kib * 1024)) else {
+            return;
+        };
+        assert_eq!(g.max_smem_optin(), kib * 1024);
+        assert_eq!(
+            persistent::choose_feed(&g, o.batch, ds.train.dim),
+            Ok(Feed::Streamed { stages })
+        );
+        let first_line = header(&g, &o, &ds).unwrap();
+        let streamed = format!("the batch streamed in 128-input chunks through {stages} stages");
+        assert!(first_line.contains(&streamed), "{first_line}");
     }
-    assert!(Smem::new(8, 48).bytes <= KIB_64);
+    let Some(g) = open(80, u32::MAX, Some(48 * 1024)) else {
+        return;
+    };
+    let steps = ds.train.count / o.batch;
+    let cap = "--max-smem-kb caps a block at 49152 B";
+    match persistent::support(&g, &sizes, o.batch, steps, Accum::F16).unwrap() {
+        Support::No(why) => assert!(
+            why.contains("even streamed in 128-input chunks") && why.contains(cap),
+            "{why}"
+        ),
+        Support::Yes => panic!("the persistent kernel was taken under a 48 KiB cap"),
+    }
+    assert!(Smem::streamed(8, 48, 2).bytes <= 48 * 1024);
     assert_eq!(
         persistent::support(&g, &[48, 32, 10], 8, 4, Accum::F16).unwrap(),
         Support::Yes,
@@ -122,7 +136,7 @@ fn smem_cap_refuses_the_persistent_kernel_for_what_does_not_fit() {
     );
     let first_line = header(&g, &o, &ds).unwrap();
     let capped = format!(
-        "({} PTX, chosen with --ptx, shared memory capped at 64 KiB per block)",
+        "({} PTX, chosen with --ptx, shared memory capped at 48 KiB per block)",
         g.ptx.arch
     );
     for said in [

@@ -7,25 +7,12 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::{label_offset, row_stride};
 use half::f16;
-use host::cuda::{Arena, Gpu, ParamBlock, PushKernelArg, dptr};
+use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
-use host::mlp::persistent::{self, Persistent, Support};
+use host::mlp::persistent::{self, Feed, Persistent, Support};
 use host::mlp::{Dataset, Options, header, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-
-/// Whether the loaded PTX lacks kernel `name`; if it does, says that the test is skipped.
-fn lacks(g: &Gpu, name: &str) -> bool {
-    if kernels::in_ptx_of(name, g.ptx.sm) {
-        return false;
-    }
-    let oldest = kernels::NAMED.iter().find(|(n, _)| *n == name).unwrap().1;
-    eprintln!(
-        "skipped: {name} needs sm_{oldest} PTX, this build loaded {}",
-        g.ptx.arch
-    );
-    true
-}
 
 /// Whether the persistent kernel trains the run of `o` on MNIST here, by the check the
 /// training loop makes.
@@ -109,9 +96,6 @@ fn one_step_gradients_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_shuffle_matches_cpu() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    if lacks(&g, kernels::PERSISTENT_SHUFFLE) {
-        return;
-    }
     let f = g.function(kernels::PERSISTENT_SHUFFLE).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     for (n, dim, count, seed) in [(1000usize, 784usize, 996usize, 5u32), (37, 48, 30, 6)] {
@@ -163,20 +147,50 @@ fn persistent_shuffle_matches_cpu() {
 /// (not multiples of the 16-row tile), 3 and 4 slices of 8 hidden units, input widths of 48
 /// (fewer dW1 tiles than warps) and MNIST's 784 (49 tiles: warp 0 takes a seventh, the others
 /// six), with random inputs, so that every input tile carries signal (MNIST's last tile is
-/// nearly always blank).
+/// nearly always blank). The GPU's own choice of kernel: on Hopper the whole batch in shared
+/// memory.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    if lacks(&g, kernels::PERSISTENT_F16) {
-        // The check the training loop makes refuses it with the reason.
-        let s = persistent::support(&g, &[48, 24, 10], 8, 4, Accum::F16).unwrap();
-        assert!(
-            matches!(&s, Support::No(why) if why.contains("needs sm_80 PTX")),
-            "{s:?}"
-        );
-        return;
+    let feed = persistent::choose_feed(&g, 100, 784).unwrap();
+    persistent_steps_against_cpu(&g, |f| f == feed);
+}
+
+/// [`persistent_steps_match_cpu_reference`] for the streamed kernels, as older GPUs run them:
+/// Turing's (sm_75 PTX, the chunks loaded through registers into two stages in 64 KiB) and the
+/// `cp.async` ring of the newest embedded PTX this GPU runs, in 99 KiB (on Hopper with its
+/// cluster exchange). Input widths of one partial chunk (48) and of six whole chunks and a
+/// partial one (784).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn streamed_persistent_steps_match_cpu_reference() {
+    let embeds_75 = host::ptx::EMBEDDED.iter().any(|p| p.sm == 75);
+    let paths = [(embeds_75.then_some(75), 64), (None, 99)];
+    for (ptx, kib) in paths {
+        let o = GpuOptions {
+            ptx,
+            max_smem: Some(kib * 1024),
+            ..GpuOptions::default()
+        };
+        let g = Gpu::with_options(0, &o).expect("this test needs a CUDA GPU");
+        let two = g.ptx.sm < 80;
+        persistent_steps_against_cpu(&g, |f| match f {
+            Feed::Streamed { stages } => !two || stages == 2,
+            Feed::Whole => false,
+        });
     }
+    if !embeds_75 {
+        eprintln!(
+            "skipped in part: this build embeds no sm_75 PTX, whose path loads through registers"
+        );
+    }
+}
+
+/// Four steps (in two launches) of the persistent kernel on `g` against the CPU reference, for
+/// each size, batch and accumulator; `feed_ok` says which way of feeding the batch `g` must
+/// have chosen.
+fn persistent_steps_against_cpu(g: &Gpu, feed_ok: impl Fn(Feed) -> bool) {
     let mut rng = StdRng::seed_from_u64(7);
     // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two), at
     // input widths of 3 and of 49 dW1 tiles.
@@ -194,18 +208,24 @@ fn persistent_steps_match_cpu_reference() {
         for acc in [Accum::F16, Accum::F32] {
             for batch in [100usize, 8] {
                 assert_eq!(
-                    persistent::support(&g, &sizes, batch, steps, acc).unwrap(),
+                    persistent::support(g, &sizes, batch, steps, acc).unwrap(),
                     Support::Yes
                 );
                 let carve = |arena: &mut Arena| {
-                    let m = Mlp::new(&g, arena, &sizes, batch, batch, acc, None).unwrap();
-                    let p = Persistent::new(&g, arena, &sizes, batch, acc, steps).unwrap();
+                    let m = Mlp::new(g, arena, &sizes, batch, batch, acc, None).unwrap();
+                    let p = Persistent::new(g, arena, &sizes, batch, acc, steps).unwrap();
                     (m, p)
                 };
                 let mut measure = Arena::measuring();
                 carve(&mut measure);
-                let mut arena = Arena::new(&g, measure.used()).unwrap();
+                let mut arena = Arena::new(g, measure.used()).unwrap();
                 let (m, p) = carve(&mut arena);
+                assert!(
+                    feed_ok(p.feed()),
+                    "{} chose {:?}",
+                    g.describe_ptx(),
+                    p.feed()
+                );
                 m.set_params(&init).unwrap();
                 let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
                 let (loss, correct) = (
@@ -215,12 +235,12 @@ fn persistent_steps_match_cpu_reference() {
                 let st = &g.stream;
                 // Shuffled on a stream of its own into the second buffer, as the training loop
                 // does for each next epoch.
-                p.shuffle(&g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, true)
+                p.shuffle(g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, true)
                     .unwrap();
                 // Two launches (steps 0..1, then 1..4): state must carry over between them.
                 for (step0, count) in [(0, 1), (1, steps - 1)] {
                     p.run(
-                        &g,
+                        g,
                         &m,
                         1,
                         (dptr(&loss, st), dptr(&correct, st)),
@@ -235,11 +255,11 @@ fn persistent_steps_match_cpu_reference() {
                 // A set smaller than the epoch, or steps past it, are refused, never launched.
                 let ptrs = (dptr(&dx, st), dptr(&dy, st));
                 assert!(
-                    p.shuffle(&g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, false)
+                    p.shuffle(g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, false)
                         .is_err()
                 );
                 let sums = (dptr(&loss, st), dptr(&correct, st));
-                assert!(p.run(&g, &m, 1, sums, (steps - 1, 2), lr, mu).is_err());
+                assert!(p.run(g, &m, 1, sums, (steps - 1, 2), lr, mu).is_err());
 
                 let (mut w, mut v) = (init.clone(), vec![0.0f32; init.len()]);
                 for (step, &got) in got_loss.iter().enumerate() {
@@ -293,7 +313,8 @@ fn persistent_steps_match_cpu_reference() {
     }
     assert!(
         ok,
-        "persistent kernel vs CPU reference:\n{}",
+        "persistent kernel ({}) vs CPU reference:\n{}",
+        g.describe_ptx(),
         report.join("\n")
     );
     // What the kernel does not cover is refused with a reason, never launched.
@@ -305,7 +326,7 @@ fn persistent_steps_match_cpu_reference() {
     ] {
         assert!(
             matches!(
-                persistent::support(&g, &sizes, batch, 4, Accum::F16).unwrap(),
+                persistent::support(g, &sizes, batch, 4, Accum::F16).unwrap(),
                 Support::No(_)
             ),
             "{sizes:?} batch {batch}"
@@ -322,9 +343,6 @@ fn persistent_steps_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn persistent_later_epochs_take_the_layered_batches() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    if lacks(&g, kernels::PERSISTENT_F16) {
-        return;
-    }
     let ds = mnist();
     if let Support::No(why) = persistent_support(&g, &one_epoch(), &ds) {
         eprintln!("skipped: the persistent kernel does not train this run on this GPU: {why}");

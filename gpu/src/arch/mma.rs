@@ -100,6 +100,9 @@ pub fn ldmatrix_x2_trans(addr: u32) -> [u32; 2] {
 pub trait Acc: Copy {
     const ZERO: Self;
     fn mma_k8(&mut self, a: [u32; 2], b: u32);
+    /// One k = 16 step: `m16n8k16` from sm_80; on sm_75 two `m16n8k8` on the same fragments
+    /// (the k16 A fragment's registers 0-1 and 2-3, and B's registers 0 and 1, are the two k8
+    /// halves').
     fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]);
     /// Element `e` (see [`crate::layout::mma_c`]) as f32.
     fn get(&self, e: usize) -> f32;
@@ -121,7 +124,12 @@ impl Acc for [u32; 2] {
     }
     #[inline(always)]
     fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
-        mma_m16n8k16_f16(self, a, b)
+        if cfg!(target_feature = "sm_80") {
+            mma_m16n8k16_f16(self, a, b)
+        } else {
+            self.mma_k8([a[0], a[1]], b[0]);
+            self.mma_k8([a[2], a[3]], b[1]);
+        }
     }
     #[inline(always)]
     fn get(&self, e: usize) -> f32 {
@@ -152,7 +160,12 @@ impl Acc for [f32; 4] {
     }
     #[inline(always)]
     fn mma_k16(&mut self, a: [u32; 4], b: [u32; 2]) {
-        mma_m16n8k16_f32(self, a, b)
+        if cfg!(target_feature = "sm_80") {
+            mma_m16n8k16_f32(self, a, b)
+        } else {
+            self.mma_k8([a[0], a[1]], b[0]);
+            self.mma_k8([a[2], a[3]], b[1]);
+        }
     }
     #[inline(always)]
     fn get(&self, e: usize) -> f32 {

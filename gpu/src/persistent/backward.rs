@@ -4,6 +4,7 @@
 use super::context::Block;
 use super::context::Step;
 use super::exchange::{DB1_AT, Outbox};
+use super::stream::{Ring, chunks};
 use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
@@ -25,7 +26,7 @@ pub fn hidden_grad(b: &Block, hf: &[f32; 4]) {
         let a = ldmatrix_x4(b.dl() + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
         let b0 = b.w2_uc() + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
         let mut d = [0.0f32; 4];
-        mma_m16n8k16_f32(&mut d, a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
+        d.mma_k16(a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
         for e in 0..4 {
             d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
             db1[e & 1] += d[e];
@@ -89,8 +90,8 @@ pub fn output_grads(b: &Block, out: &Outbox) {
     for ks in 0..TILES {
         if ks < b.rows() / 16 {
             let a = ldmatrix_x4_trans(b.dl() + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32);
-            mma_m16n8k16_f32(&mut dw, a, hb[ks]);
-            mma_m16n8k16_f32(&mut db, a, ONES);
+            dw.mma_k16(a, hb[ks]);
+            db.mma_k16(a, ONES);
         }
     }
     out.small4(b, 4 * l, dw);
@@ -101,13 +102,20 @@ pub fn output_grads(b: &Block, out: &Outbox) {
     }
 }
 
-/// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …`: `Xᵀ·dH` over the block's rows.
-/// Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of the
-/// loop without the last, rather than computing a tile to discard.
+/// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …`: `Xᵀ·dH` over the block's rows, from
+/// the batch in shared memory or (`STREAM`) from the ring. Warps with one tile fewer (with
+/// MNIST's 49 tiles, warps 1-7 have six) run a copy of the loop without the last, rather than
+/// computing a tile to discard.
 #[inline(always)]
-pub fn input_grads<A: Acc>(b: &Block, s: &Step) -> [A; TILES_PER_WARP] {
+pub fn input_grads<A: Acc, const STREAM: bool>(
+    b: &Block,
+    s: &Step,
+    ring: &mut Ring,
+) -> [A; TILES_PER_WARP] {
     let bf = unit_frags(b, b.dh());
-    if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
+    if STREAM {
+        dw1_chunks(b, ring, &bf)
+    } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
         dw1_tiles::<A, TILES_PER_WARP>(b, s, &bf)
     } else {
         dw1_tiles::<A, { TILES_PER_WARP - 1 }>(b, s, &bf)
@@ -132,6 +140,29 @@ fn dw1_tiles<A: Acc, const N: usize>(
             for i in 0..N {
                 let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
                 acc[i].mma_k16(ldmatrix_x4_trans(a_at(ks, mt)), bf[ks]);
+            }
+        }
+    }
+    acc
+}
+
+/// [`dw1_tiles`] over the streamed batch: chunk `c` holds tile `w + WARPS·c` of each warp `w`,
+/// whose product is complete within the chunk. Every thread calls it (the ring's barriers).
+#[inline(always)]
+fn dw1_chunks<A: Acc>(b: &Block, ring: &mut Ring, bf: &[[u32; 2]; TILES]) -> [A; TILES_PER_WARP] {
+    let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
+    let a_off = (kk * CHUNK_STRIDE + (16 * b.warp + mm) * 2) as u32;
+    let mut acc = [A::ZERO; TILES_PER_WARP];
+    for c in 0..MAX_CHUNKS {
+        if c < chunks(b) {
+            let x = ring.next(b) + a_off;
+            if b.warp + WARPS * c < b.ktiles {
+                for ks in 0..TILES {
+                    if ks < b.rows() / 16 {
+                        let a = ldmatrix_x4_trans(x + (16 * ks * CHUNK_STRIDE) as u32);
+                        acc[c].mma_k16(a, bf[ks]);
+                    }
+                }
             }
         }
     }

@@ -34,8 +34,13 @@ pub struct Block {
 
 impl Block {
     #[inline(always)]
-    pub fn new(args: Params) -> Block {
-        let lay = Smem::new(args.batch as usize, args.dim as usize);
+    pub fn new<const STREAM: bool>(args: Params) -> Block {
+        let (batch, dim) = (args.batch as usize, args.dim as usize);
+        let lay = if STREAM {
+            Smem::streamed(batch, dim, args.stages as usize)
+        } else {
+            Smem::whole(batch, dim)
+        };
         let base = dynamic_shared::<u8>();
         let blk = block_x();
         let (slice, part) = (blk / PARTS as u32, blk as usize % PARTS);
@@ -101,11 +106,12 @@ impl Block {
     pub fn has_tile(&self) -> bool {
         self.warp < TILE_WARPS && 16 * self.warp < self.mine
     }
-    /// The warps that fetch the next batch with `cp.async` during the forward (not on Hopper,
-    /// where the copy engine fetches it).
+    /// The warps that neither meet the grid barrier nor run the softmax: off Hopper, warps
+    /// past the tile warps (the loaders of the whole-batch kernel), so that the barrier's
+    /// block-wide steps are a named barrier of the tile warps' 128 threads.
     #[inline(always)]
-    pub fn is_loader(&self) -> bool {
-        self.warp >= TILE_WARPS
+    pub fn skips_barrier(&self) -> bool {
+        !HOPPER && self.warp >= TILE_WARPS
     }
 
     /// `.shared` addresses of the regions of [`Smem`].
@@ -141,10 +147,10 @@ impl Block {
     pub fn xch(&self) -> u32 {
         self.at(self.lay.xch)
     }
-    /// Batch buffer `buf` (0 or 1).
+    /// Batch buffer `buf` (of [`Smem::buffers`]).
     #[inline(always)]
     pub fn batch_buffer(&self, buf: usize) -> u32 {
-        self.at(self.lay.x + buf * self.rows() * self.lay.stride)
+        self.at(self.lay.x + buf * self.rows() * self.lay.buffer_row)
     }
     /// The `mbarrier` of batch buffer 0 or 1, or (2) of the partner's shares.
     #[inline(always)]
@@ -180,8 +186,8 @@ impl Block {
         }
     }
 
-    /// Sets to zero rows the block does not fill, which stay so for the whole launch: in both
-    /// batch buffers (dW1 reads them), and in H and dH up to the 32 rows one `ldmatrix` pair
+    /// Sets to zero rows the block does not fill, which stay so for the whole launch: in every
+    /// batch buffer (dW1 reads them), and in H and dH up to the 32 rows one `ldmatrix` pair
     /// covers.
     #[inline(always)]
     pub fn clear_unfilled_rows(&self) {
@@ -192,9 +198,9 @@ impl Block {
                 i += 4 * THREADS;
             }
         };
-        let (rows, stride, mine) = (self.rows(), self.lay.stride, self.mine);
+        let (rows, stride, mine) = (self.rows(), self.lay.buffer_row, self.mine);
         let rows32 = rows.div_ceil(32) * 32;
-        for b in 0..2 {
+        for b in 0..self.lay.buffers {
             let buf = self.lay.x + b * rows * stride;
             zero(buf + mine * stride, buf + rows * stride);
         }
@@ -226,14 +232,13 @@ pub struct Small {
     pub correct: *mut f32,
 }
 
-/// Step `k` of the launch (`index` of the epoch): which batch buffer it reads, and its slot of
-/// the logit sums.
+/// Step `k` of the launch (`index` of the epoch): the batch buffer it reads in the
+/// whole-batch kernel (`k % 2`), and its slot of the logit sums.
 #[derive(Clone, Copy)]
 pub struct Step {
     pub k: u32,
     pub index: u32,
-    pub buf: usize,
-    /// `.shared` address of the step's batch buffer.
+    /// `.shared` address of the step's batch buffer (whole-batch kernel).
     pub x: u32,
     pub sums: *mut i64,
 }
@@ -241,13 +246,11 @@ pub struct Step {
 impl Step {
     #[inline(always)]
     pub fn new(b: &Block, k: u32) -> Step {
-        let buf = (k % 2) as usize;
         let logits = b.args.logits as *mut i64;
         Step {
             k,
             index: b.args.step0 + k,
-            buf,
-            x: opaque(b.batch_buffer(buf)),
+            x: opaque(b.batch_buffer((k % 2) as usize)),
             sums: unsafe { logits.add((k as usize % LOGIT_SLOTS) * b.slot) },
         }
     }

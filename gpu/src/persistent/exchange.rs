@@ -32,21 +32,30 @@ fn share_bytes(b: &Block) -> u32 {
     ((b.ktiles * 2 * 32 + SMALL_SHARES) * 4) as u32
 }
 
-/// On Hopper, the barrier of the cluster before the first step. The partner writes into this
-/// block's shared memory only after a grid barrier, by which this block has long started; the
-/// cluster barrier says so where a checker can see it (compute-sanitizer cannot follow a
-/// barrier polled in global memory). Each step's shares are then counted at an mbarrier.
+/// On Hopper, the mbarrier that counts the partner's shares, initialised, and the barrier of
+/// the cluster before the first step. The partner writes into this block's shared memory only
+/// after a grid barrier, by which this block has long started; the cluster barrier says so
+/// where a checker can see it (compute-sanitizer cannot follow a barrier polled in global
+/// memory). The first step's shares are announced after it: straight after the init the JIT
+/// makes the init a uniform (warp-wide) instruction, which racecheck reports against thread
+/// 0's arrive on the same mbarrier. Each step's shares are then counted there.
 #[inline(always)]
-pub fn open() {
+pub fn open(b: &Block) {
     if HOPPER {
+        if b.tid == 0 {
+            mbar_init(b.mbar(2), 1);
+        }
         cluster_sync();
+        if b.tid == 0 {
+            expect_shares(b);
+        }
     }
 }
 
 /// Announces the partner's shares of a step at their mbarrier (Hopper): they follow the grid
 /// barrier, which this block reaches after announcing them.
 #[inline(always)]
-pub fn expect_shares(b: &Block) {
+fn expect_shares(b: &Block) {
     mbar_expect(b.mbar(2), share_bytes(b));
 }
 

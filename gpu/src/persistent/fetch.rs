@@ -8,12 +8,25 @@
 //!   the next batch (all four loader warps: a warp issuing `cp.async` stalls until the memory
 //!   system takes the copies).
 use super::context::{Block, Step};
-use super::exchange;
+use super::*;
 use crate::arch::*;
 
 /// The thread that issues the bulk copies: warp 1, which has a W1 tile fewer to update than
 /// warp 0 when it issues the copy after the update's barrier.
 const COPY_ISSUER: usize = 32;
+
+/// The warps that fetch the next batch with `cp.async` during the forward (not on Hopper,
+/// where the copy engine fetches it).
+#[inline(always)]
+fn is_loader(b: &Block) -> bool {
+    b.warp >= TILE_WARPS
+}
+
+/// The step's batch buffer: steps alternate between the two.
+#[inline(always)]
+fn buffer(s: &Step) -> usize {
+    (s.k % 2) as usize
+}
 
 /// Bytes of the block's rows of a step.
 #[inline(always)]
@@ -51,30 +64,26 @@ fn bulk_batch(b: &Block, buf: usize, index: u32) {
     }
 }
 
-/// Before the first step: the first batch (on Hopper the first two, after the mbarriers are
-/// initialised, that of the partner's shares among them).
+/// Before the first step: the first batch (on Hopper the first two, after the buffers'
+/// mbarriers are initialised).
 #[inline(always)]
 pub fn start(b: &Block) {
     let (step0, steps) = (b.args.step0, b.args.steps);
     if HOPPER {
         if b.tid == 0 {
-            for i in 0..3 {
+            for i in 0..2 {
                 mbar_init(b.mbar(i), 1);
             }
         }
-        // Announced after the block barrier, not straight after the inits: there the JIT makes
-        // the inits uniform (warp-wide) instructions, which racecheck reports against thread
-        // 0's arrive on the same mbarrier.
+        // Issued after the block barrier, not straight after the inits (see `exchange::open`).
         sync_threads();
-        if b.tid == 0 {
-            exchange::expect_shares(b);
-        } else if b.tid == COPY_ISSUER {
+        if b.tid == COPY_ISSUER {
             bulk_batch(b, 0, step0);
             if steps > 1 {
                 bulk_batch(b, 1, step0 + 1);
             }
         }
-    } else if b.is_loader() {
+    } else if is_loader(b) {
         load_batch(b, 0, step0);
     }
 }
@@ -84,9 +93,9 @@ pub fn start(b: &Block) {
 #[inline(always)]
 pub fn wait(b: &Block, s: &Step) {
     if HOPPER {
-        mbar_wait::<false>(b.mbar(s.buf), (s.k / 2) % 2);
+        mbar_wait::<false>(b.mbar(buffer(s)), (s.k / 2) % 2);
     } else {
-        if b.is_loader() {
+        if is_loader(b) {
             cp_async_wait::<0>();
         }
         sync_threads();
@@ -97,16 +106,16 @@ pub fn wait(b: &Block, s: &Step) {
 /// the previous step's dW1) while the tile warps finish the forward.
 #[inline(always)]
 pub fn load_next(b: &Block, s: &Step) {
-    if b.is_loader() && s.has_next(b.args.steps) {
-        load_batch(b, 1 - s.buf, s.index + 1);
+    if is_loader(b) && s.has_next(b.args.steps) {
+        load_batch(b, 1 - buffer(s), s.index + 1);
     }
 }
 
-/// On Hopper: after [`exchange::receive`]'s block barrier, which frees the step's buffer (dW1
+/// On Hopper: after `exchange::receive`'s block barrier, which frees the step's buffer (dW1
 /// was its last reader), the bulk copy of the batch after next into it.
 #[inline(always)]
 pub fn issue_after_next(b: &Block, s: &Step) {
     if b.tid == COPY_ISSUER && s.k + 2 < b.args.steps {
-        bulk_batch(b, s.buf, s.index + 2);
+        bulk_batch(b, buffer(s), s.index + 2);
     }
 }

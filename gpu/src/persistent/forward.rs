@@ -5,15 +5,17 @@
 //! partials and keeps H as an accumulator fragment (rows `g`, `g + 8`; units `2t`, `2t + 1`),
 //! which is the A fragment of the partial logits; it is also stored fp16 for dW2.
 use super::context::{Block, Step};
+use super::stream::{Ring, chunks};
 use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
-/// Warps that split the forward's K. On Hopper all eight (the copy engine fetches the next
-/// batch) where their partials fit [`PARTIALS`], which fp32 ones fit four of; elsewhere the
-/// tile warps (the loader warps issue `cp.async` meanwhile).
-const fn forward_warps<A: Acc>() -> usize {
-    if HOPPER && size_of::<A>() == 8 {
+/// Warps that split the forward's K. All eight where no warp fetches meanwhile (on Hopper the
+/// copy engine fetches the next batch; the streamed kernels' warps all load between chunks) and
+/// their partials fit [`PARTIALS`], which fp32 ones fit four of; else the tile warps (the
+/// whole-batch kernel's loader warps issue `cp.async` meanwhile).
+const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
+    if (HOPPER || STREAM) && size_of::<A>() == 8 {
         WARPS
     } else {
         TILE_WARPS
@@ -21,12 +23,23 @@ const fn forward_warps<A: Acc>() -> usize {
 }
 
 /// The tile warp's H fragment (zeros from other warps), after storing it fp16 in shared memory.
+/// The streamed kernels read the batch from `ring`.
 #[inline(always)]
-pub fn hidden<A: Acc>(b: &Block, s: &Step) -> [f32; 4] {
-    const { assert!(forward_warps::<A>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
-    if b.mine > 0 {
-        if b.warp < forward_warps::<A>() {
-            let acc = k_split::<A>(b, s);
+pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) -> [f32; 4] {
+    let fwd = const { forward_warps::<A, STREAM>() };
+    const { assert!(forward_warps::<A, STREAM>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
+    if STREAM {
+        // Every thread takes part in the ring, rows or not.
+        let acc = k_chunks::<A>(b, ring, fwd);
+        if b.warp < fwd {
+            for m in 0..TILES {
+                st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
+            }
+        }
+        sync_threads();
+    } else if b.mine > 0 {
+        if b.warp < fwd {
+            let acc = k_split::<A>(b, s, fwd);
             for m in 0..TILES {
                 st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
             }
@@ -35,13 +48,13 @@ pub fn hidden<A: Acc>(b: &Block, s: &Step) -> [f32; 4] {
         // 128 threads, and with the loaders' a generation would release early.
         if HOPPER {
             sync_threads()
-        } else if b.warp < forward_warps::<A>() {
+        } else if b.warp < fwd {
             bar_sync::<2, 128>()
         };
     }
     let mut hf = [0.0f32; 4];
     if b.has_tile() {
-        let sum = sum_partials::<A>(b);
+        let sum = sum_partials::<A>(b, fwd);
         let (g, t) = (b.group(), b.in_group());
         for e in 0..4 {
             let v = unsafe { *b.small().b1_half.add(2 * t + (e & 1)) } + sum.get(e);
@@ -56,8 +69,8 @@ pub fn hidden<A: Acc>(b: &Block, s: &Step) -> [f32; 4] {
 
 /// The warp's partial products of every tile over its k-steps.
 #[inline(always)]
-fn k_split<A: Acc>(b: &Block, s: &Step) -> [A; TILES] {
-    let (fwd, ktiles, l, stride) = (forward_warps::<A>(), b.ktiles, b.lane, b.lay.stride);
+fn k_split<A: Acc>(b: &Block, s: &Step, fwd: usize) -> [A; TILES] {
+    let (ktiles, l, stride) = (b.ktiles, b.lane, b.lay.stride);
     let tiles = b.rows() / 16;
     let mut acc = [A::ZERO; TILES];
     let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
@@ -89,6 +102,37 @@ fn k_split<A: Acc>(b: &Block, s: &Step) -> [A; TILES] {
     acc
 }
 
+/// [`k_split`] over the streamed batch: chunk `c` holds k-steps `8c..8c + 8`, of which warp `w`
+/// takes `8c + w` (and `8c + w + 4` where four warps split K). Every thread calls it (the ring's
+/// barriers); only the forward's warps compute.
+#[inline(always)]
+fn k_chunks<A: Acc>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; TILES] {
+    let (ktiles, l) = (b.ktiles, b.lane);
+    let tiles = b.rows() / 16;
+    let mut acc = [A::ZERO; TILES];
+    let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
+    let a_off: [u32; TILES] =
+        core::array::from_fn(|m| ((16 * m.min(tiles - 1) + mm) * CHUNK_STRIDE + 2 * kk) as u32);
+    let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
+    for c in 0..chunks(b) {
+        let x = ring.next(b);
+        if b.warp < fwd {
+            for j in 0..WARPS / fwd {
+                let local = b.warp + fwd * j;
+                let ks = CHUNK / 16 * c + local;
+                if ks < ktiles {
+                    let bf = ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32);
+                    let a = a_off.map(|o| ldmatrix_x4(x + o + 32 * local as u32));
+                    for m in 0..TILES {
+                        acc[m].mma_k16(a[m], bf);
+                    }
+                }
+            }
+        }
+    }
+    acc
+}
+
 /// Where forward warp `from` leaves its partial sums of tile `m`: `[warp][tile][lane]`.
 #[inline(always)]
 fn partial<A: Acc>(b: &Block, from: usize, m: usize) -> u32 {
@@ -100,8 +144,7 @@ fn partial<A: Acc>(b: &Block, from: usize, m: usize) -> u32 {
 /// forward's): loads each under its own branch, each waited for before the next, cost more
 /// than the split saves.
 #[inline(always)]
-fn sum_partials<A: Acc>(b: &Block) -> A {
-    let fwd = forward_warps::<A>();
+fn sum_partials<A: Acc>(b: &Block, fwd: usize) -> A {
     let mut p: [A; WARPS] = core::array::from_fn(|from| {
         if from < fwd {
             ld_shared_acc(partial::<A>(b, from, b.warp))

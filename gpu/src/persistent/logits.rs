@@ -53,17 +53,18 @@ pub fn add_partials(b: &Block, s: &Step, hf: &[f32; 4]) {
 }
 
 /// The exchange of the partial logits: every block meets the grid at the barrier, after which
-/// the step's sums are complete. Elsewhere than on Hopper only the tile warps meet it (the
-/// loader warps, once their copies are issued, skip to the block barrier after the softmax);
+/// the step's sums are complete. Elsewhere than on Hopper only the tile warps meet it (warps
+/// 4-7, in the whole-batch kernel once their copies are issued, skip to the block barrier
+/// after the softmax);
 /// on Hopper the whole block does, so the kernel needs no named barrier. While the barrier
 /// waits, block 0 clears the slot of the next step's sums, which every block finished reading
 /// before this step began.
 #[inline(always)]
 pub fn exchange(b: &Block, s: &Step) {
-    if b.is_loader() && !HOPPER {
+    if b.skips_barrier() {
         return;
     }
-    if b.blk == 0 && !b.is_loader() {
+    if b.blk == 0 && b.warp < TILE_WARPS {
         let logits = b.args.logits as *mut i64;
         let next = unsafe { logits.add(((s.k as usize + 1) % LOGIT_SLOTS) * b.slot) };
         let mut i = b.tid;

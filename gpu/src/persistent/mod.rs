@@ -42,7 +42,12 @@
 //! `update` (SGD). They share one [`Block`](context::Block): the block's role, its regions of
 //! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
 //! launch, `smem` lays out shared memory, `shuffle` is the kernel that orders an epoch's rows.
-//! `docs/persistent.md` explains the design and its measured costs.
+//!
+//! Where the two batch buffers do not fit a block's shared memory (every GPU before Hopper at
+//! MNIST's batch of 128), the *streamed* kernels (`stream`) hold no whole batch: the block's
+//! rows pass through a ring of [`CHUNK`]-input chunks, once for the forward and once more for
+//! dW1, loaded by `cp.async` (sm_80+) or through registers (sm_75) a few chunks ahead of the
+//! one the warps read. `docs/persistent.md` explains the design and its measured costs.
 
 /// Hidden units per slice: one n = 8 `mma` tile.
 pub const UNITS: usize = 8;
@@ -70,6 +75,22 @@ const _: () = assert!(
 
 /// Blocks per slice of hidden units: the batch is split in this many parts.
 pub const PARTS: usize = 2;
+
+/// Inputs per chunk of the streamed kernels: one 16-wide tile of dW1ᵀ per warp, so chunk `c`
+/// holds tile `w + WARPS·c` of each warp `w`, the tiles whose W1 elements the warp keeps in
+/// registers, and the forward's k-steps `8c..8c + 8`.
+pub const CHUNK: usize = WARPS * 16;
+/// Chunks of a row at most: one per dW1ᵀ tile a warp keeps.
+pub const MAX_CHUNKS: usize = MAX_DIM / CHUNK;
+/// Stages of the streamed kernels' ring: at least two (one read while the next arrives); at
+/// most [`MAX_STAGES`], whose `MAX_STAGES - 1` chunks in flight cover the L2's latency several
+/// times over.
+pub const MIN_STAGES: usize = 2;
+pub const MAX_STAGES: usize = 6;
+const _: () = assert!(
+    MAX_CHUNKS == TILES_PER_WARP,
+    "a chunk per dW1 tile of a warp"
+);
 
 /// Whether the kernel built for `sm` is launched with each slice's blocks as a cluster (the
 /// Hopper build: `build.rs` compiles sm_90 with PTX 8.1).
@@ -114,6 +135,8 @@ pub struct Params {
     /// `k·batch..(k + 1)·batch` of `batches`.
     pub step0: u32,
     pub steps: u32,
+    /// The streamed kernels' ring stages ([`Smem::streamed`]); 0 for the others.
+    pub stages: u32,
 }
 
 /// Elements of the global logits buffer per step: the sums ([`logits_row`] to a row), then a
@@ -157,64 +180,79 @@ const OWN_SHARES: usize = 2 * 4 * 32;
 mod smem;
 pub use smem::*;
 
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod backward;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod context;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod exchange;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod fetch;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod forward;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod logits;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod shuffle;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod softmax;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
+mod stream;
+#[cfg(target_arch = "nvptx64")]
 mod update;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod weights;
 
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::context::{Block, Step};
     use super::exchange::Outbox;
+    use super::stream::Ring;
     use super::weights::W1;
     use super::*;
-    use crate::arch::{Acc, HOPPER, sync_threads};
+    #[cfg(target_feature = "sm_80")]
+    use crate::arch::HOPPER;
+    use crate::arch::{Acc, sync_threads};
 
-    /// The training loop of one block: `args.steps` steps, each the phases in order.
+    /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
+    /// selects the streamed batch ([`Ring`]) over the two whole-batch buffers (`fetch`, sm_80+).
     #[inline(always)]
-    unsafe fn train<A: Acc>(args: Params) {
-        let block = Block::new(args);
+    unsafe fn train<A: Acc, const STREAM: bool>(args: Params) {
+        let block = Block::new::<STREAM>(args);
         let mut w1 = W1::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
-        exchange::open();
-        fetch::start(&block);
+        exchange::open(&block);
+        let mut ring = Ring::start::<STREAM>(&block);
+        #[cfg(target_feature = "sm_80")]
+        if !STREAM {
+            fetch::start(&block);
+        }
         for k in 0..args.steps {
             let b = block.for_step();
             let s = Step::new(&b, k);
-            fetch::wait(&b, &s);
-            let h = forward::hidden::<A>(&b, &s);
+            #[cfg(target_feature = "sm_80")]
+            if !STREAM {
+                fetch::wait(&b, &s);
+            }
+            let h = forward::hidden::<A, STREAM>(&b, &s, &mut ring);
             logits::add_partials(&b, &s, &h);
-            if !HOPPER {
+            #[cfg(target_feature = "sm_80")]
+            if !HOPPER && !STREAM {
                 fetch::load_next(&b, &s);
             }
             logits::exchange(&b, &s);
-            softmax::cross_entropy(&b, &s);
+            softmax::cross_entropy::<STREAM>(&b, &s);
             backward::hidden_grad(&b, &h);
             softmax::record_loss(&b, &s);
             let out = Outbox::new(&b);
             let db1 = backward::bias_share(&b, &out);
             backward::output_grads(&b, &out);
-            let dw1 = backward::input_grads::<A>(&b, &s);
+            let dw1 = backward::input_grads::<A, STREAM>(&b, &s, &mut ring);
             out.send_dw1(&b, &dw1);
             let theirs = exchange::receive(&b, &s);
-            if HOPPER {
+            #[cfg(target_feature = "sm_80")]
+            if HOPPER && !STREAM {
                 fetch::issue_after_next(&b, &s);
             }
             update::sgd_step(&b, &mut w1, &dw1, db1, &theirs);
@@ -228,15 +266,19 @@ mod kernel {
     }
 
     macro_rules! export {
-        ($name:literal, $acc:ty) => {
+        ($name:literal, $acc:ty, $stream:literal) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
-                    unsafe { train::<$acc>(args) }
+                    unsafe { train::<$acc, $stream>(args) }
                 }
             };
         };
     }
-    export!("mlp1_persistent_f16", [u32; 2]);
-    export!("mlp1_persistent_f32", [f32; 4]);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_f16", [u32; 2], false);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_f32", [f32; 4], false);
+    export!("mlp1_persistent_streamed_f16", [u32; 2], true);
+    export!("mlp1_persistent_streamed_f32", [f32; 4], true);
 }

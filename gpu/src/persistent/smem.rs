@@ -34,7 +34,16 @@ pub struct Smem {
     /// and one chunk more, which carries the row's label ([`label_offset`]): a row arrives
     /// with its label.
     pub stride: usize,
-    /// Two buffers of the block's rows of the batch, fp16 `[2][rows][stride]`.
+    /// Whether the batch streams through chunk buffers ([`Smem::streamed`]).
+    pub streamed: bool,
+    /// Buffers of the block's rows in [`Smem::x`]: two of whole rows (the next batch arrives in
+    /// one while the step reads the other), or the streamed kernels' `stages` of one
+    /// [`CHUNK`]-input chunk each.
+    pub buffers: usize,
+    /// Bytes per row in a buffer: [`Smem::stride`] for whole rows, [`CHUNK_STRIDE`] for
+    /// chunks.
+    pub buffer_row: usize,
+    /// The batch buffers, fp16 `[buffers][rows][buffer_row]`.
     pub x: usize,
     /// The slice's rows of W1, fp16 `[dim][UNITS]`: one 16-byte row per input, so the
     /// forward's B fragments are `ldmatrix.trans` loads and an update stores a unit pair in
@@ -66,13 +75,32 @@ pub struct Smem {
     pub bytes: usize,
 }
 
+/// Bytes per row of a chunk buffer: an odd number of 16-byte pieces, as [`Smem::stride`].
+pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
+
 impl Smem {
-    pub const fn new(batch: usize, dim: usize) -> Smem {
+    /// The layout with two buffers of whole rows.
+    pub const fn whole(batch: usize, dim: usize) -> Smem {
+        Smem::with_buffers(batch, dim, 2, row_stride(dim), false)
+    }
+
+    /// The streamed kernels' layout, with a ring of `stages` chunk buffers.
+    pub const fn streamed(batch: usize, dim: usize, stages: usize) -> Smem {
+        Smem::with_buffers(batch, dim, stages, CHUNK_STRIDE, true)
+    }
+
+    const fn with_buffers(
+        batch: usize,
+        dim: usize,
+        buffers: usize,
+        buffer_row: usize,
+        streamed: bool,
+    ) -> Smem {
         let rows = batch.div_ceil(PARTS).div_ceil(16) * 16;
         let rows32 = rows.div_ceil(32) * 32;
         let stride = row_stride(dim);
         let x = 0;
-        let w1 = x + 2 * rows * stride;
+        let w1 = x + buffers * rows * buffer_row;
         let h = w1 + dim * UNITS * 2;
         let dh = h + rows32 * UNITS * 2;
         let dl = dh + rows32 * UNITS * 2;
@@ -86,6 +114,9 @@ impl Smem {
         Smem {
             rows,
             stride,
+            streamed,
+            buffers,
+            buffer_row,
             x,
             w1,
             h,
@@ -120,31 +151,53 @@ mod tests {
             (127, 896),
             (64, 32),
         ] {
-            let m = Smem::new(batch, dim);
-            let regions = [
-                m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own, m.partials,
-                m.mbar, m.bytes,
-            ];
-            for r in regions {
-                assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
+            for m in [
+                Smem::whole(batch, dim),
+                Smem::streamed(batch, dim, MAX_STAGES),
+            ] {
+                let regions = [
+                    m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own,
+                    m.partials, m.mbar, m.bytes,
+                ];
+                for r in regions {
+                    assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
+                }
+                assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
+                assert_eq!((m.stride / 16) % 2, 1);
+                // The features, then one chunk for the label.
+                assert_eq!(m.stride, label_offset(dim) + 16);
+                assert!(
+                    m.rows.is_multiple_of(16)
+                        && m.rows * PARTS >= batch
+                        && m.rows <= MAX_BATCH / PARTS
+                );
+                assert_eq!((m.buffer_row / 16) % 2, 1);
+                assert_eq!(m.w1 - m.x, m.buffers * m.rows * m.buffer_row);
+                // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits W1's place.
+                assert!(m.h - m.w1 >= dim.div_ceil(16) * 32 * 2 * 4);
             }
-            assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
-            assert_eq!((m.stride / 16) % 2, 1);
-            // The features, then one chunk for the label.
-            assert_eq!(m.stride, label_offset(dim) + 16);
-            assert!(
-                m.rows.is_multiple_of(16) && m.rows * PARTS >= batch && m.rows <= MAX_BATCH / PARTS
-            );
-            assert_eq!(m.w1 - m.x, 2 * m.rows * m.stride);
-            // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits W1's place.
-            assert!(m.h - m.w1 >= dim.div_ceil(16) * 32 * 2 * 4);
         }
+    }
+
+    /// The streamed layout of MNIST's batch of 128 fits each GPU generation's shared memory
+    /// per block with the stages the host gives it: Turing's 64 KiB two, the 99 KiB of sm_86
+    /// and sm_89 four, an A100's 163 KiB the most; the whole batch fits only Hopper's 227 KiB.
+    #[test]
+    fn mnist_streams_through_every_generation() {
+        for (kib, stages) in [(64, 2), (99, 4), (163, MAX_STAGES)] {
+            assert!(
+                Smem::streamed(128, 784, stages).bytes <= kib * 1024,
+                "{kib} KiB"
+            );
+        }
+        assert!(Smem::streamed(128, 784, 5).bytes > 99 * 1024);
+        assert!(Smem::whole(128, 784).bytes > 163 * 1024);
     }
 
     /// The default MNIST model fits an H100's 227 KB per block.
     #[test]
     fn mnist_fits_an_h100() {
-        let m = Smem::new(128, 784);
+        let m = Smem::whole(128, 784);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
     }

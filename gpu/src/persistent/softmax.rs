@@ -14,10 +14,10 @@ const PER: usize = MAX_CLASSES / SPLIT;
 /// The softmax of the block's rows, then each warp's sums of the loss and the correct count
 /// in shared memory, behind a block barrier.
 #[inline(always)]
-pub fn cross_entropy(b: &Block, s: &Step) {
+pub fn cross_entropy<const STREAM: bool>(b: &Block, s: &Step) {
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-    if HOPPER || !b.is_loader() {
-        (l_sum, c_sum) = row(b, s);
+    if !b.skips_barrier() {
+        (l_sum, c_sum) = row::<STREAM>(b, s);
     }
     let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
     if b.lane == 0 {
@@ -35,7 +35,7 @@ pub fn cross_entropy(b: &Block, s: &Step) {
 /// batch's row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
 /// past the batch.)
 #[inline(always)]
-fn row(b: &Block, s: &Step) -> (f32, f32) {
+fn row<const STREAM: bool>(b: &Block, s: &Step) -> (f32, f32) {
     let (cn, sums) = (b.classes, s.sums);
     let (r, side) = (b.tid / SPLIT, b.tid % SPLIT);
     let valid = r < b.mine;
@@ -51,12 +51,7 @@ fn row(b: &Block, s: &Step) -> (f32, f32) {
         }
     }
     let poisoned = ld_global_cg_i64(unsafe { sums.add(b.slot - 2) }) != 0;
-    let label = if valid {
-        let at = r * b.lay.stride + label_offset(b.args.dim as usize);
-        ld_shared_u32(s.x + at as u32) as usize
-    } else {
-        0
-    };
+    let label = if valid { label::<STREAM>(b, s, r) } else { 0 };
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
     let mut z = [f32::NEG_INFINITY; PER];
     for c in 0..PER {
@@ -121,6 +116,20 @@ fn row(b: &Block, s: &Step) -> (f32, f32) {
         }
     }
     (l_sum, c_sum)
+}
+
+/// The label of the block's row `r`, from the row's last 16 bytes: in the batch buffer, or
+/// (`STREAM`: the ring holds no row whole) in the shuffled set, read-only for the launch.
+#[inline(always)]
+fn label<const STREAM: bool>(b: &Block, s: &Step, r: usize) -> usize {
+    let at = label_offset(b.args.dim as usize);
+    if STREAM {
+        let row = (s.index * b.args.batch) as usize + b.r0 + r;
+        let batches = b.args.batches as *const u8;
+        unsafe { *(batches.add(row * b.lay.stride + at) as *const u32) as usize }
+    } else {
+        ld_shared_u32(s.x + (r * b.lay.stride + at) as u32) as usize
+    }
 }
 
 /// Slice 0's first thread adds the step's mean loss and correct count into their slots.

@@ -11,13 +11,14 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PARTS, Smem, THREADS, UNITS, clustered,
-    logits_slot, row_stride,
+    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PARTS,
+    Smem, THREADS, UNITS, clustered, logits_slot, row_stride,
 };
 use std::sync::Arc;
 
 pub struct Persistent {
     f: CudaFunction,
+    feed: Feed,
     shuffle: CudaFunction,
     blocks: u32,
     /// Blocks per cluster (the Hopper build; 0 elsewhere: no clusters).
@@ -61,6 +62,66 @@ pub enum Support {
     No(String),
 }
 
+/// How the batch reaches a block's shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feed {
+    /// Two buffers of the block's whole rows, the next batch arriving in one while the step
+    /// reads the other (sm_80 PTX and newer; at MNIST's batch of 128 only Hopper has the room).
+    Whole,
+    /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
+    /// step (`gpu::persistent::stream`).
+    Streamed { stages: usize },
+}
+
+impl Feed {
+    /// The shared-memory layout of a block for a batch of `batch` × `dim`.
+    pub fn smem(self, batch: usize, dim: usize) -> Smem {
+        match self {
+            Feed::Whole => Smem::whole(batch, dim),
+            Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
+        }
+    }
+
+    fn stages(self) -> u32 {
+        match self {
+            Feed::Whole => 0,
+            Feed::Streamed { stages } => stages as u32,
+        }
+    }
+
+    fn kernel(self, acc: Accum) -> &'static str {
+        kernels::persistent(acc, self != Feed::Whole)
+    }
+}
+
+/// How this GPU feeds a batch of `batch` × `dim`: whole where its PTX has that kernel and the
+/// two buffers fit the shared memory a block may have, else streamed through as many stages
+/// as fit (two on sm_75, whose ring loads through registers); or why neither fits.
+pub fn choose_feed(gpu: &Gpu, batch: usize, dim: usize) -> Result<Feed, String> {
+    let room = gpu.max_smem_optin();
+    if kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm)
+        && Smem::whole(batch, dim).bytes <= room
+    {
+        return Ok(Feed::Whole);
+    }
+    let most = if gpu.ptx.sm >= 80 {
+        MAX_STAGES
+    } else {
+        MIN_STAGES
+    };
+    (MIN_STAGES..=most)
+        .rev()
+        .map(|stages| Feed::Streamed { stages })
+        .find(|f| f.smem(batch, dim).bytes <= room)
+        .ok_or_else(|| {
+            format!(
+                "a batch of {batch} × {dim} needs {} B of shared memory even streamed in {CHUNK}-input chunks, {}",
+                Smem::streamed(batch, dim, MIN_STAGES).bytes,
+                gpu.describe_smem_limit()
+            )
+        })
+}
+
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
 /// batch and epochs of `steps` steps on this GPU.
 pub fn support(
@@ -78,18 +139,7 @@ pub fn support(
     }
     let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
     let shuffled = 2 * steps * batch * row_stride(dim);
-    let why = if !kernels::in_ptx_of(kernels::persistent(acc), gpu.ptx.sm) {
-        let see = if gpu.options.ptx.is_some() {
-            ""
-        } else {
-            ", see GPU_ARCHS"
-        };
-        format!(
-            "it needs sm_80 PTX or newer, this run loads {} PTX ({}{see})",
-            gpu.ptx.arch,
-            gpu.ptx_choice()
-        )
-    } else if !hidden.is_multiple_of(UNITS) {
+    let why = if !hidden.is_multiple_of(UNITS) {
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
     } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
         format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
@@ -116,14 +166,12 @@ fn resource_support(
     hidden: usize,
     acc: Accum,
 ) -> Result<Support> {
-    let bytes = Smem::new(batch, dim).bytes;
-    if bytes > gpu.max_smem_optin() {
-        return Ok(Support::No(format!(
-            "a batch of {batch} × {dim} needs {bytes} B of shared memory, {}",
-            gpu.describe_smem_limit()
-        )));
-    }
-    let resident = resident_blocks(gpu, &function(gpu, acc, bytes)?, bytes, PARTS)?;
+    let feed = match choose_feed(gpu, batch, dim) {
+        Ok(feed) => feed,
+        Err(why) => return Ok(Support::No(why)),
+    };
+    let bytes = feed.smem(batch, dim).bytes;
+    let resident = resident_blocks(gpu, &function(gpu, acc, feed, bytes)?, bytes, PARTS)?;
     let blocks = PARTS * hidden / UNITS;
     Ok(if blocks > resident {
         Support::No(format!(
@@ -134,9 +182,9 @@ fn resource_support(
     })
 }
 
-/// The kernel for accumulator `acc`, allowed `smem` bytes of dynamic shared memory.
-fn function(gpu: &Gpu, acc: Accum, smem: usize) -> Result<CudaFunction> {
-    let f = gpu.function(kernels::persistent(acc))?;
+/// The kernel for accumulator `acc` and `feed`, allowed `smem` bytes of dynamic shared memory.
+fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize) -> Result<CudaFunction> {
+    let f = gpu.function(feed.kernel(acc))?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
@@ -187,8 +235,9 @@ impl Persistent {
         acc: Accum,
         steps: usize,
     ) -> Result<Persistent> {
-        let smem = Smem::new(batch, sizes[0]);
-        let f = function(gpu, acc, smem.bytes)?;
+        let feed = choose_feed(gpu, batch, sizes[0]).map_err(anyhow::Error::msg)?;
+        let smem = feed.smem(batch, sizes[0]);
+        let f = function(gpu, acc, feed, smem.bytes)?;
         let slices = sizes[1] / UNITS;
         let blocks = PARTS * slices;
         let cluster = if clustered(gpu.ptx.sm) {
@@ -208,6 +257,7 @@ impl Persistent {
         };
         Ok(Persistent {
             f,
+            feed,
             shuffle: gpu.function(kernels::PERSISTENT_SHUFFLE)?,
             blocks: blocks as u32,
             cluster,
@@ -340,6 +390,7 @@ impl Persistent {
             momentum,
             step0: step0 as u32,
             steps: steps as u32,
+            stages: self.feed.stages(),
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
         // once, which the grid barrier needs. On Hopper the blocks of each slice (or of two)
@@ -360,6 +411,10 @@ impl Persistent {
 
     pub fn blocks(&self) -> u32 {
         self.blocks
+    }
+
+    pub fn feed(&self) -> Feed {
+        self.feed
     }
 }
 

@@ -1,7 +1,7 @@
 //! The training loop: an MLP trained with the Rust kernels, every buffer carved from one arena
 //! before the first step, and each step replayed from a CUDA graph.
 use super::model::{self, Init, Mlp};
-use super::persistent::{self, Persistent, Support};
+use super::persistent::{self, Feed, Persistent, Support};
 use super::{Dataset, Features, checkpoint};
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
 use crate::gemm::Version;
@@ -12,6 +12,7 @@ use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::Accum;
 use gpu::params::GatherBatch;
+use gpu::persistent::CHUNK;
 use half::f16;
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -379,7 +380,13 @@ impl<'a> Trainer<'a> {
 
     fn engine_description(&self) -> String {
         match &self.engine {
-            Engine::Persistent(p) => format!("persistent kernel ({} blocks)", p.blocks()),
+            Engine::Persistent(p) => match p.feed() {
+                Feed::Whole => format!("persistent kernel ({} blocks)", p.blocks()),
+                Feed::Streamed { stages } => format!(
+                    "persistent kernel ({} blocks, the batch streamed in {CHUNK}-input chunks through {stages} stages)",
+                    p.blocks()
+                ),
+            },
             Engine::Layered(Layered {
                 why_not_persistent: Some(why),
                 ..
