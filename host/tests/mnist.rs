@@ -147,50 +147,51 @@ fn persistent_shuffle_matches_cpu() {
 /// (not multiples of the 16-row tile), 3 and 4 slices of 8 hidden units, input widths of 48
 /// (fewer dW1 tiles than warps) and MNIST's 784 (49 tiles: warp 0 takes a seventh, the others
 /// six), with random inputs, so that every input tile carries signal (MNIST's last tile is
-/// nearly always blank). The GPU's own choice of kernel: on Hopper the whole batch in shared
-/// memory.
+/// nearly always blank). The way of feeding the batch this GPU takes for them (on Hopper the
+/// whole batch in shared memory).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let feed = persistent::choose_feed(&g, 100, 784).unwrap();
-    persistent_steps_against_cpu(&g, |f| f == feed);
+    persistent_steps_against_cpu(&g, None);
 }
 
 /// [`persistent_steps_match_cpu_reference`] for the streamed kernels, as older GPUs run them:
-/// Turing's (sm_75 PTX, the chunks loaded through registers into two stages in 64 KiB) and the
-/// `cp.async` ring of the newest embedded PTX this GPU runs, in 99 KiB (on Hopper with its
-/// cluster exchange). Input widths of one partial chunk (48) and of six whole chunks and a
+/// the `cp.async` ring of the newest embedded PTX this GPU runs through 2, 4 and 6 stages (on
+/// Hopper with its cluster exchange), and Turing's (sm_75 PTX: the chunks loaded through
+/// registers, two stages). Input widths of one partial chunk (48) and of six whole chunks and a
 /// partial one (784).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn streamed_persistent_steps_match_cpu_reference() {
-    let embeds_75 = host::ptx::EMBEDDED.iter().any(|p| p.sm == 75);
-    let paths = [(embeds_75.then_some(75), 64), (None, 99)];
-    for (ptx, kib) in paths {
-        let o = GpuOptions {
-            ptx,
-            max_smem: Some(kib * 1024),
-            ..GpuOptions::default()
-        };
-        let g = Gpu::with_options(0, &o).expect("this test needs a CUDA GPU");
-        let two = g.ptx.sm < 80;
-        persistent_steps_against_cpu(&g, |f| match f {
-            Feed::Streamed { stages } => !two || stages == 2,
-            Feed::Whole => false,
-        });
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    for stages in [2, 4, 6] {
+        persistent_steps_against_cpu(&g, Some(Feed::Streamed { stages }));
     }
-    if !embeds_75 {
+    if !host::ptx::EMBEDDED.iter().any(|p| p.sm == 75) {
         eprintln!(
-            "skipped in part: this build embeds no sm_75 PTX, whose path loads through registers"
+            "skipped in part: this build embeds no sm_75 PTX, whose ring loads through registers"
         );
+        return;
+    }
+    let o = GpuOptions {
+        ptx: Some(75),
+        ..GpuOptions::default()
+    };
+    let g = Gpu::with_options(0, &o).unwrap();
+    persistent_steps_against_cpu(&g, Some(Feed::Streamed { stages: 2 }));
+    // Its registers hold one chunk ahead: more stages are refused, as is the whole-batch
+    // kernel, which needs sm_80.
+    let mut arena = Arena::measuring();
+    for feed in [Feed::Streamed { stages: 4 }, Feed::Whole] {
+        let p = Persistent::new(&g, &mut arena, &[48, 24, 10], (8, 4), Accum::F16, feed);
+        assert!(p.is_err(), "{feed:?}");
     }
 }
 
 /// Four steps (in two launches) of the persistent kernel on `g` against the CPU reference, for
-/// each size, batch and accumulator; `feed_ok` says which way of feeding the batch `g` must
-/// have chosen.
-fn persistent_steps_against_cpu(g: &Gpu, feed_ok: impl Fn(Feed) -> bool) {
+/// each size, batch and accumulator, the batch fed as `feed` (by default as `g` chooses).
+fn persistent_steps_against_cpu(g: &Gpu, feed: Option<Feed>) {
     let mut rng = StdRng::seed_from_u64(7);
     // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two), at
     // input widths of 3 and of 49 dW1 tiles.
@@ -207,25 +208,21 @@ fn persistent_steps_against_cpu(g: &Gpu, feed_ok: impl Fn(Feed) -> bool) {
             |p: &[f32]| -> Vec<f32> { p.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
         for acc in [Accum::F16, Accum::F32] {
             for batch in [100usize, 8] {
-                assert_eq!(
-                    persistent::support(g, &sizes, batch, steps, acc).unwrap(),
-                    Support::Yes
-                );
+                let Support::Yes(chosen) =
+                    persistent::support(g, &sizes, batch, steps, acc).unwrap()
+                else {
+                    panic!("{sizes:?} batch {batch} is refused");
+                };
+                let feed = feed.unwrap_or(chosen);
                 let carve = |arena: &mut Arena| {
                     let m = Mlp::new(g, arena, &sizes, batch, batch, acc, None).unwrap();
-                    let p = Persistent::new(g, arena, &sizes, batch, acc, steps).unwrap();
+                    let p = Persistent::new(g, arena, &sizes, (batch, steps), acc, feed).unwrap();
                     (m, p)
                 };
                 let mut measure = Arena::measuring();
                 carve(&mut measure);
                 let mut arena = Arena::new(g, measure.used()).unwrap();
                 let (m, p) = carve(&mut arena);
-                assert!(
-                    feed_ok(p.feed()),
-                    "{} chose {:?}",
-                    g.describe_ptx(),
-                    p.feed()
-                );
                 m.set_params(&init).unwrap();
                 let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
                 let (loss, correct) = (
@@ -304,8 +301,14 @@ fn persistent_steps_against_cpu(g: &Gpu, feed_ok: impl Fn(Feed) -> bool) {
                         ));
                         // fp32 accumulation matches to rounding. fp16 accumulation moves
                         // pre-activations by ~1e-3, enough to flip a few ReLU masks in four steps,
-                        // each worth a few percent of a small batch's first-layer gradient.
-                        ok &= worst <= if acc == Accum::F32 { 1e-2 } else { 0.1 };
+                        // each worth a few percent of a small batch's first-layer gradient; on
+                        // sm_75 each k = 16 step is two m16n8k8, twice the fp16 roundings.
+                        ok &= worst
+                            <= match acc {
+                                Accum::F32 => 1e-2,
+                                Accum::F16 if g.ptx.sm < 80 => 0.15,
+                                Accum::F16 => 0.1,
+                            };
                     }
                 }
             }
@@ -313,7 +316,7 @@ fn persistent_steps_against_cpu(g: &Gpu, feed_ok: impl Fn(Feed) -> bool) {
     }
     assert!(
         ok,
-        "persistent kernel ({}) vs CPU reference:\n{}",
+        "persistent kernel ({}, {feed:?}) vs CPU reference:\n{}",
         g.describe_ptx(),
         report.join("\n")
     );

@@ -106,12 +106,19 @@ impl Block {
     pub fn has_tile(&self) -> bool {
         self.warp < TILE_WARPS && 16 * self.warp < self.mine
     }
-    /// The warps that neither meet the grid barrier nor run the softmax: off Hopper, warps
-    /// past the tile warps (the loaders of the whole-batch kernel), so that the barrier's
-    /// block-wide steps are a named barrier of the tile warps' 128 threads.
+    /// The warps that neither meet the grid barrier nor run the softmax: in the whole-batch
+    /// kernel off Hopper, the loader warps, so that the barrier's block-wide steps are a named
+    /// barrier of the tile warps' 128 threads. Elsewhere the whole block meets it, and the
+    /// kernel has no named barrier (`compute-sanitizer`'s racecheck reports hazards across
+    /// block-wide barriers in kernels with them).
     #[inline(always)]
     pub fn skips_barrier(&self) -> bool {
-        !HOPPER && self.warp >= TILE_WARPS
+        !self.whole_block_meets() && self.warp >= TILE_WARPS
+    }
+    /// Whether every warp meets the grid barrier (on Hopper, and in the streamed kernels).
+    #[inline(always)]
+    pub fn whole_block_meets(&self) -> bool {
+        HOPPER || self.lay.streamed
     }
 
     /// `.shared` addresses of the regions of [`Smem`].

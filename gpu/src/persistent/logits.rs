@@ -53,12 +53,11 @@ pub fn add_partials(b: &Block, s: &Step, hf: &[f32; 4]) {
 }
 
 /// The exchange of the partial logits: every block meets the grid at the barrier, after which
-/// the step's sums are complete. Elsewhere than on Hopper only the tile warps meet it (warps
-/// 4-7, in the whole-batch kernel once their copies are issued, skip to the block barrier
-/// after the softmax);
-/// on Hopper the whole block does, so the kernel needs no named barrier. While the barrier
-/// waits, block 0 clears the slot of the next step's sums, which every block finished reading
-/// before this step began.
+/// the step's sums are complete. In the whole-batch kernel off Hopper only the tile warps meet
+/// it (the loader warps, once their copies are issued, skip to the block barrier after the
+/// softmax); elsewhere the whole block does, so the kernel needs no named barrier. While the
+/// barrier waits, block 0 clears the slot of the next step's sums, which every block finished
+/// reading before this step began.
 #[inline(always)]
 pub fn exchange(b: &Block, s: &Step) {
     if b.skips_barrier() {
@@ -73,7 +72,7 @@ pub fn exchange(b: &Block, s: &Step) {
             i += THREADS / 2;
         }
     }
-    let sync = if HOPPER {
+    let sync = if b.whole_block_meets() {
         sync_threads
     } else {
         bar_sync::<2, 128>

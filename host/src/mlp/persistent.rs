@@ -55,10 +55,10 @@ impl Drop for Persistent {
     }
 }
 
-/// Whether the persistent kernel can train a run, and if not, why.
+/// Whether the persistent kernel can train a run, with how it feeds the batch, and if not, why.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Support {
-    Yes,
+    Yes(Feed),
     No(String),
 }
 
@@ -178,7 +178,7 @@ fn resource_support(
             "{blocks} blocks ({PARTS} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
         ))
     } else {
-        Support::Yes
+        Support::Yes(feed)
     })
 }
 
@@ -225,18 +225,28 @@ fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Resu
 }
 
 impl Persistent {
-    /// Carves the kernel's buffers from `arena`, for epochs of `steps` steps; check
-    /// [`support`] first.
+    /// Carves the kernel's buffers from `arena`, for epochs of `steps` steps, the batch fed as
+    /// `feed`; check [`support`] first (it says which feed this GPU takes; another that the PTX
+    /// has and the shared memory holds runs too).
     pub fn new(
         gpu: &Gpu,
         arena: &mut Arena,
         sizes: &[usize],
-        batch: usize,
+        (batch, steps): (usize, usize),
         acc: Accum,
-        steps: usize,
+        feed: Feed,
     ) -> Result<Persistent> {
-        let feed = choose_feed(gpu, batch, sizes[0]).map_err(anyhow::Error::msg)?;
         let smem = feed.smem(batch, sizes[0]);
+        // sm_75's ring loads through registers, which hold one chunk ahead: two stages.
+        let registers = gpu.ptx.sm < 80;
+        ensure!(
+            kernels::in_ptx_of(feed.kernel(acc), gpu.ptx.sm)
+                && smem.bytes <= gpu.max_smem_optin()
+                && !(registers && feed != Feed::Streamed { stages: MIN_STAGES }),
+            "{feed:?} does not run on {} with {}",
+            gpu.describe_ptx(),
+            gpu.describe_smem_limit()
+        );
         let f = function(gpu, acc, feed, smem.bytes)?;
         let slices = sizes[1] / UNITS;
         let blocks = PARTS * slices;

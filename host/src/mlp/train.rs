@@ -217,7 +217,7 @@ struct Layered {
 
 /// The engine a run asks for and the GPU allows, decided before anything is carved.
 enum Choice {
-    Persistent,
+    Persistent(Feed),
     /// With why the persistent kernel does not apply, where the run did not ask for this.
     Layered(Option<String>),
 }
@@ -235,7 +235,7 @@ impl Choice {
         }
         Ok(
             match persistent::support(gpu, sizes, o.batch, steps, o.accum)? {
-                Support::Yes => Choice::Persistent,
+                Support::Yes(feed) => Choice::Persistent(feed),
                 Support::No(why) => Choice::Layered(Some(why)),
             },
         )
@@ -751,8 +751,13 @@ fn carve<'g>(
     let (sizes, rows) = (footprint.sizes, footprint.eval_rows);
     let model = Mlp::new(gpu, arena, sizes, batch, rows, o.accum, o.config)?;
     let engine = match choice {
-        Choice::Persistent => Engine::Persistent(Box::new(Persistent::new(
-            gpu, arena, sizes, o.batch, o.accum, steps,
+        Choice::Persistent(feed) => Engine::Persistent(Box::new(Persistent::new(
+            gpu,
+            arena,
+            sizes,
+            (o.batch, steps),
+            o.accum,
+            *feed,
         )?)),
         Choice::Layered(why) => Engine::Layered(Layered {
             why_not_persistent: why.clone(),
