@@ -104,6 +104,38 @@ if w:
     md.append(f"\n![time per epoch]({a.images}mnist_widths.png)\n")
 
 
+def arch_cell(v):
+    return v.replace("|", "\\|")
+
+
+am = rows("arch_matrix.csv")
+if am:
+    runs = defaultdict(list)  # (path, hidden) -> its rows, in the order the report ran them
+    for r in am:
+        runs[(r["path"], int(r["hidden"]))].append(r)
+    n_epochs = max((int(r["epoch"]) for r in am if r["epoch"]), default=0)
+    md.append("## Architecture paths on one GPU\n")
+    md.append(f"`host mnist --hidden H --epochs {n_epochs}` with each older GPU's `--ptx` (the PTX it loads, so its kernels and "
+              "the choices that follow) and `--max-smem-kb` (its shared memory per block: a T4's 64 KiB, an sm_86 card's 99, "
+              "an A100's 163); the engine is the one the run's first line names. PyTorch: its fastest mode at that width over "
+              "every PyTorch run of this report (the MNIST curves' and the widths'), by median epoch time; × is its time per "
+              "epoch over ours.\n")
+    md.append(f"| path | engine | hidden | ms/epoch (median of epochs 2+) | test accuracy after {n_epochs} epochs | × fastest PyTorch mode |")
+    md.append("| --- " * 6 + "|")
+    for (path, h), rr in runs.items():
+        if rr[0]["skipped"]:
+            md.append(f"| {path} | skipped: {arch_cell(rr[0]['skipped'])} | {h} | – | – | – |")
+            continue
+        ours = median([float(r["epoch_time_s"]) for r in rr if int(r["epoch"]) > 1])
+        best = fastest(pytorch_times(h))
+        vs = f"{best[1] / ours:.2f}× ({best[0]}, {1000 * best[1]:.2f} ms)" if best else "–"
+        md.append(f"| {path} | {arch_cell(rr[0]['engine'])} | {h} | {1000 * ours:.2f} | {100 * float(rr[-1]['test_accuracy']):.2f}% | {vs} |")
+    md.append("\nWhat emulating an older GPU on this one does not capture: the older GPU's SM count, clocks, L2 size and memory "
+              "bandwidth (every time above is this GPU's), nor its shared memory and registers per SM (the cap is per block). "
+              "Nor its SASS where the older cubin cannot run here: on Hopper neither the sm_75 nor the sm_80 cubin does, so the "
+              "driver's JIT (its ptxas for sm_90) compiles that PTX, and a row shows the older ISA's instruction mix on sm_90 "
+              "hardware, not the older chip's timing.\n")
+
 sc = rows("mnist_scaling.csv")
 if sc:
     t = defaultdict(list)
