@@ -3,9 +3,10 @@
 
     python3 bench/report.py OUT_DIR [--host target/release/host] [--force]
 
-Runs the GEMM table, MNIST (loss curves, widths 128…8192, init study, and data-parallel scaling
-against PyTorch DDP where there are several GPUs), the regression sweep, Iris, cold and warm
-start (bench/cold_start.sh), and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
+Runs the GEMM table, MNIST (loss curves, widths 128…8192, the architecture matrix: older GPUs'
+paths emulated with --ptx and --max-smem-kb, init study, and data-parallel scaling against
+PyTorch DDP where there are several GPUs), the regression sweep, Iris, cold and warm start
+(bench/cold_start.sh), and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
 (bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
 To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
 docs/results/NAME/ and write docs/RESULTS.md with
@@ -35,13 +36,19 @@ except ImportError:
     tqdm = None
 
 
-def sh(cmd, log, timeout=600, check=True):
-    """Runs cmd (a list), appending its output to OUT/log; returns the output."""
+def run_logged(cmd, log, timeout=600):
+    """Runs cmd (a list), appending its output to OUT/log; returns its exit status and output."""
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     text = r.stdout + r.stderr
     with open(out / log, "a") as f:
         f.write(f"$ {' '.join(map(str, cmd))}\n{text}\n")
-    if check and r.returncode != 0:
+    return r.returncode, text
+
+
+def sh(cmd, log, timeout=600, check=True):
+    """Runs cmd (a list), appending its output to OUT/log; returns the output."""
+    rc, text = run_logged(cmd, log, timeout)
+    if check and rc != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{text[-2000:]}")
     return text
 
@@ -52,6 +59,8 @@ def mib(pattern, text):
 
 
 memory, inits = [], []
+# PyTorch's modes in the MNIST steps: every report compares against the fastest one it measured.
+PT_MODES = ["eager32", "fp16", "graph", "epoch"]
 
 
 def step_info():
@@ -68,7 +77,7 @@ def step_mnist():
     t = sh([H, "mnist", "--metrics", out / "mnist128.csv"], "mnist.log")
     memory.append(("MNIST 784-128-10", "ours", mib(r"one arena of ([\d.]+) MiB", t)))
     rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
-    for mode in ["eager32", "fp16", "graph"]:
+    for mode in PT_MODES:
         t = sh([py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--csv", out / "pt.tmp"], "mnist.log")
         rows += (out / "pt.tmp").read_text().splitlines()[1:]
         if mode == "eager32":
@@ -79,11 +88,75 @@ def step_mnist():
 
 def step_widths():
     import os
-    env = {**os.environ, "EPOCHS": "2", "MODES": "eager32 graph", "PYTHON": py}
-    r = subprocess.run(["bench/mnist_widths.sh", out / "widths", H], capture_output=True, text=True, env=env, timeout=600)
+    # fp16 is left out here to save time: the graph modes run the same fp16 step without its launches.
+    env = {**os.environ, "EPOCHS": "2", "MODES": "eager32 graph epoch", "PYTHON": py}
+    r = subprocess.run(["bench/mnist_widths.sh", out / "widths", H], capture_output=True, text=True, env=env, timeout=1200)
     (out / "widths.log").write_text(r.stdout + r.stderr)
     shutil.move(out / "widths" / "mnist_widths.csv", out / "mnist_widths.csv")
     shutil.rmtree(out / "widths")
+
+
+# The paths of older GPUs on this one: the PTX an older GPU loads, and its shared memory per block
+# (a T4's 64 KiB, an sm_86 card's 99, an A100's 163); the last is this GPU's own path.
+ARCH_PATHS = [("sm_75 @ 64 KB", ["--ptx", "sm_75", "--max-smem-kb", "64"]),
+              ("sm_80 @ 99 KB", ["--ptx", "sm_80", "--max-smem-kb", "99"]),
+              ("sm_80 @ 163 KB", ["--ptx", "sm_80", "--max-smem-kb", "163"]),
+              ("sm_90", [])]
+ARCH_HIDDEN = [128, 512]
+ARCH_EPOCHS = 10
+
+
+def engine_of(header):
+    """The engine the header line of `host mnist` names at its end: `persistent kernel (32
+    blocks…)`, `CUDA graph (the persistent kernel does not apply: …)`, …"""
+    m = re.search(r"(persistent kernel \(.*|CUDA graph.*|eager launches)$", header)
+    return m.group(1) if m else "?"
+
+
+def why_failed(text, rc):
+    """The line of a failed run's output that says why: its last `error: …` (without that word),
+    else its last line."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    errors = [re.sub(r"^error:\s*", "", l, flags=re.I) for l in lines if l.lower().startswith("error")]
+    return (errors or lines or [f"exit status {rc}"])[-1]
+
+
+def arch_run(flags, hidden):
+    """One `host mnist` run of the matrix: (ptx, engine, [(epoch, seconds, test accuracy)]),
+    or a string saying why it did not run."""
+    cmd = [H, "mnist", *flags, "--hidden", str(hidden), "--epochs", str(ARCH_EPOCHS)]
+    try:
+        # Long enough for the driver to compile an older PTX for this GPU on a cold cache.
+        rc, text = run_logged(cmd, "arch_matrix.log", timeout=300)
+    except subprocess.TimeoutExpired:
+        return "timed out after 300 s"
+    header = next((l for l in text.splitlines() if l.startswith("MNIST")), None)
+    epochs = [(int(m.group(1)), float(m.group(3)), round(float(m.group(2)) / 100, 6)) for m in
+              re.finditer(r"^epoch +(\d+) .*test accuracy ([\d.]+)% +([\d.]+) s", text, re.M)]
+    if rc != 0 or header is None or not epochs:
+        return why_failed(text, rc)
+    ptx = re.search(r"\((sm_\d+) PTX", header)
+    return ptx.group(1) if ptx else "?", engine_of(header), epochs
+
+
+def step_arch_matrix():
+    """Each older GPU's path through `host mnist` (its PTX, its shared memory per block) on this
+    GPU; a path the binary or the GPU cannot take is a row that says why, not an abort."""
+    own = re.search(r"shared memory:\s+(\d+) KiB", (out / "info.txt").read_text())
+    with open(out / "arch_matrix.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "ptx", "smem_kb", "hidden", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
+        for name, flags in ARCH_PATHS:
+            asked_ptx = flags[flags.index("--ptx") + 1] if "--ptx" in flags else ""
+            smem = flags[flags.index("--max-smem-kb") + 1] if "--max-smem-kb" in flags else (own.group(1) if own else "")
+            for hidden in ARCH_HIDDEN:
+                r = arch_run(flags, hidden)
+                if isinstance(r, str):
+                    w.writerow([name, asked_ptx, smem, hidden, "", "", "", "", r])
+                    continue
+                ptx, engine, epochs = r
+                for epoch, seconds, acc in epochs:
+                    w.writerow([name, ptx, smem, hidden, engine, epoch, seconds, acc, ""])
 
 
 def step_scaling():
@@ -154,7 +227,8 @@ def step_plots():
     (out / "plots.log").write_text(r.stdout + r.stderr)
 
 
-steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths), ("scaling", step_scaling),
+steps = [("info", step_info), ("GEMM table", step_gemm), ("MNIST curves", step_mnist), ("MNIST widths", step_widths),
+         ("architecture matrix", step_arch_matrix), ("scaling", step_scaling),
          ("regression sweep", step_regression), ("Iris", step_iris), ("cold start", step_cold_start), ("init study", step_init), ("plots", step_plots)]
 t0 = time.time()
 bar = tqdm(total=len(steps), unit="step") if tqdm else None

@@ -6,7 +6,7 @@
 PREFIX is how RESULTS.md reaches the folder's PNGs (default: the same folder); --to writes
 somewhere else than OUT_DIR/RESULTS.md (docs/RESULTS.md, with --images results/NAME/).
 """
-import argparse, csv, datetime, re
+import argparse, csv, datetime, re, statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,8 +23,30 @@ def rows(name):
     return list(csv.DictReader(open(p))) if p.exists() else []
 
 
-def mean(v):
-    return sum(v) / len(v) if v else float("nan")
+def median(v):
+    return statistics.median(v) if v else float("nan")
+
+
+# Every time per epoch below is a median over epochs 2+: the first includes warm-up and, for
+# PyTorch's graph modes, the capture. Every "×" against PyTorch's MNIST modes is against the
+# fastest mode measured in the same report, named beside it.
+def fastest(times):
+    """(mode, median seconds) of the mode with the lowest median in {mode: [seconds]}, or None."""
+    med = {m: median(v) for m, v in times.items() if v}
+    return min(med.items(), key=lambda kv: kv[1]) if med else None
+
+
+def pytorch_times(hidden):
+    """{mode: [seconds of each epoch 2+]} at this hidden width, over every PyTorch MNIST run of
+    the report (the loss curves' and the widths')."""
+    t = defaultdict(list)
+    for r in rows("pytorch_mnist.csv"):
+        if r["epoch_time_s"] and int(r["epoch"]) > 1 and r["hidden"] == str(hidden):
+            t[r["mode"]].append(float(r["epoch_time_s"]))
+    for r in rows("mnist_widths.csv"):
+        if r["system"] == "pytorch" and int(r["epoch"]) > 1 and r["hidden"] == str(hidden):
+            t[r["mode"]].append(float(r["epoch_time_s"]))
+    return t
 
 
 md = []
@@ -49,16 +71,16 @@ if ours_epochs:
             if int(r["epoch"]) > 1:
                 pt[r["mode"]].append(float(r["epoch_time_s"]))
             pt_acc[r["mode"]] = float(r["accuracy"])
-    ours_t = mean([t for e, _, t in ours_epochs if e > 1])
+    ours_t = median([t for e, _, t in ours_epochs if e > 1])
     md.append("## MNIST MLP (784-128-10, batch 128, SGD lr 0.05 momentum 0.9, Kaiming, 10 epochs)\n")
-    md.append("| system | s per epoch (epochs 2+) | final test accuracy |\n| --- | --- | --- |")
-    engine = "persistent kernel" if re.search(r"persistent kernel \(\d+ blocks\)", log) else "CUDA graph"
+    md.append("| system | s per epoch (median of epochs 2+) | final test accuracy |\n| --- | --- | --- |")
+    engine = "persistent kernel" if re.search(r"persistent kernel \(", log) else "CUDA graph"
     md.append(f"| ours (Rust kernels, fp16, {engine}) | {ours_t:.4f} | {ours_epochs[-1][1]:.2f}% |")
     for mode, v in sorted(pt.items()):
-        md.append(f"| PyTorch {mode} | {mean(v):.4f} | {100 * pt_acc[mode]:.2f}% |")
-    fastest = min(pt, key=lambda m: mean(pt[m])) if pt else None
-    if fastest:
-        md.append(f"\nOurs vs the fastest PyTorch mode ({fastest}): {mean(pt[fastest]) / ours_t:.2f}× faster per epoch.\n")
+        md.append(f"| PyTorch {mode} | {median(v):.4f} | {100 * pt_acc[mode]:.2f}% |")
+    best = fastest(pt)
+    if best:
+        md.append(f"\nOurs vs the fastest PyTorch mode ({best[0]}): {best[1] / ours_t:.2f}× faster per epoch.\n")
     md.append(f"![loss curves]({a.images}mnist_loss.png)\n")
 
 w = rows("mnist_widths.csv")
@@ -70,15 +92,49 @@ if w:
     systems = sorted({k[0] for k in t})
     widths = sorted({k[1] for k in t})
     md.append("## Time per epoch against hidden width (MNIST 784-H-10)\n")
-    md.append("| hidden | " + " | ".join(systems) + " | ours vs fastest PyTorch |")
+    md.append("Seconds per epoch, median of epochs 2+.\n")
+    md.append("| hidden | " + " | ".join(systems) + " | ours vs fastest PyTorch mode |")
     md.append("| --- " * (len(systems) + 2) + "|")
     for h in widths:
-        vals = {s: mean(t.get((s, h), [])) for s in systems}
+        vals = {s: median(t.get((s, h), [])) for s in systems}
         ours = min((v for s, v in vals.items() if s.startswith("ours") and v == v), default=float("nan"))
-        ptv = [v for s, v in vals.items() if s.startswith("pytorch") and v == v]
-        sp = min(ptv) / ours if ptv else float("nan")
-        md.append(f"| {h} | " + " | ".join(f"{vals[s]:.4f}" if vals[s] == vals[s] else "–" for s in systems) + f" | {sp:.2f}× |")
+        best = fastest({s[len("pytorch "):]: t[(s, h)] for s in systems if s.startswith("pytorch") and (s, h) in t})
+        sp = f"{best[1] / ours:.2f}× ({best[0]})" if best else "–"
+        md.append(f"| {h} | " + " | ".join(f"{vals[s]:.4f}" if vals[s] == vals[s] else "–" for s in systems) + f" | {sp} |")
     md.append(f"\n![time per epoch]({a.images}mnist_widths.png)\n")
+
+
+def arch_cell(v):
+    return v.replace("|", "\\|")
+
+
+am = rows("arch_matrix.csv")
+if am:
+    runs = defaultdict(list)  # (path, hidden) -> its rows, in the order the report ran them
+    for r in am:
+        runs[(r["path"], int(r["hidden"]))].append(r)
+    n_epochs = max((int(r["epoch"]) for r in am if r["epoch"]), default=0)
+    md.append("## Architecture paths on one GPU\n")
+    md.append(f"`host mnist --hidden H --epochs {n_epochs}` with each older GPU's `--ptx` (the PTX it loads, so its kernels and "
+              "the choices that follow) and `--max-smem-kb` (its shared memory per block: a T4's 64 KiB, an sm_86 card's 99, "
+              "an A100's 163); the engine is the one the run's first line names. PyTorch: its fastest mode at that width over "
+              "every PyTorch run of this report (the MNIST curves' and the widths'), by median epoch time; × is its time per "
+              "epoch over ours.\n")
+    md.append(f"| path | engine | hidden | ms/epoch (median of epochs 2+) | test accuracy after {n_epochs} epochs | × fastest PyTorch mode |")
+    md.append("| --- " * 6 + "|")
+    for (path, h), rr in runs.items():
+        if rr[0]["skipped"]:
+            md.append(f"| {path} | skipped: {arch_cell(rr[0]['skipped'])} | {h} | – | – | – |")
+            continue
+        ours = median([float(r["epoch_time_s"]) for r in rr if int(r["epoch"]) > 1])
+        best = fastest(pytorch_times(h))
+        vs = f"{best[1] / ours:.2f}× ({best[0]}, {1000 * best[1]:.2f} ms)" if best else "–"
+        md.append(f"| {path} | {arch_cell(rr[0]['engine'])} | {h} | {1000 * ours:.2f} | {100 * float(rr[-1]['test_accuracy']):.2f}% | {vs} |")
+    md.append("\nWhat emulating an older GPU on this one does not capture: the older GPU's SM count, clocks, L2 size and memory "
+              "bandwidth (every time above is this GPU's), nor its shared memory and registers per SM (the cap is per block). "
+              "Nor its SASS where the older cubin cannot run here: on Hopper neither the sm_75 nor the sm_80 cubin does, so the "
+              "driver's JIT (its ptxas for sm_90) compiles that PTX, and a row shows the older ISA's instruction mix on sm_90 "
+              "hardware, not the older chip's timing.\n")
 
 sc = rows("mnist_scaling.csv")
 if sc:
@@ -88,12 +144,12 @@ if sc:
             t[(r["system"], int(r["hidden"]), int(r["gpus"]))].append(float(r["epoch_time_s"]))
     batch = sc[0]["batch"]
     md.append(f"## Data-parallel scaling (MNIST 784-H-10, global batch {batch}, `host mnist --gpus N` against PyTorch DDP)\n")
-    md.append("Seconds per epoch (epochs 2+), and throughput relative to the same system on one GPU.\n")
+    md.append("Seconds per epoch (median of epochs 2+), and throughput relative to the same system on one GPU.\n")
     md.append("| hidden | GPUs | ours s | ours × one GPU | DDP s | DDP × one GPU | ours vs DDP |\n| --- | --- | --- | --- | --- | --- | --- |")
     for h in sorted({k[1] for k in t}):
         for g in sorted({k[2] for k in t if k[1] == h}):
-            o, p = mean(t.get(("ours", h, g), [])), mean(t.get(("pytorch", h, g), []))
-            o1, p1 = mean(t.get(("ours", h, 1), [])), mean(t.get(("pytorch", h, 1), []))
+            o, p = median(t.get(("ours", h, g), [])), median(t.get(("pytorch", h, g), []))
+            o1, p1 = median(t.get(("ours", h, 1), [])), median(t.get(("pytorch", h, 1), []))
             md.append(f"| {h} | {g} | {o:.4f} | {o1 / o:.2f}× | {p:.4f} | {p1 / p:.2f}× | {p / o:.2f}× |")
     md.append("")
 

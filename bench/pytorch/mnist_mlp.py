@@ -5,8 +5,9 @@
     python3 bench/pytorch/mnist_mlp.py --mode eager32 --hidden 128 --epochs 10 --csv out.csv
 
 Modes: eager32 (fp32), fp16 (autocast), compile (torch.compile max-autotune, fullgraph),
-graph (fp16 autocast step captured in a CUDA graph). The CSV has the columns of
-`host mnist --metrics` plus mode, hidden and epoch_time_s.
+graph (fp16 autocast step captured in a CUDA graph, replayed once per step), epoch (every step
+of an epoch, batch gathering included, captured in one CUDA graph, replayed once per epoch).
+The CSV has the columns of `host mnist --metrics` plus mode, hidden and epoch_time_s.
 """
 import argparse, gzip, struct, time
 from pathlib import Path
@@ -54,6 +55,23 @@ def load(data, dev):
     return x, y, xt, yt
 
 
+def capture(body, warm_up):
+    """A CUDA graph of body() and what that call returned. warm_up() runs first, a few times on a
+    side stream, so that the graph records the steady state: the gradients and SGD's momentum
+    buffers exist (a step that created them would be recorded as creating them on every replay),
+    and autograd and the allocator have done their first-call setup."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            warm_up()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        result = body()
+    return g, result
+
+
 class Mlp(nn.Module):
     def __init__(self, sizes, init):
         super().__init__()
@@ -88,7 +106,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--init", default="kaiming", choices=["kaiming", "xavier", "normal"])
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mode", default="eager32", choices=["eager32", "fp16", "compile", "graph"])
+    ap.add_argument("--mode", default="eager32", choices=["eager32", "fp16", "compile", "graph", "epoch"])
     ap.add_argument("--csv")
     a = ap.parse_args()
     iris = a.dataset == "iris"
@@ -107,9 +125,13 @@ def main():
     initial = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     steps = x.shape[0] // a.batch
-    half = a.mode in ("fp16", "graph", "compile")
+    half = a.mode in ("fp16", "graph", "compile", "epoch")
     xb = torch.empty(a.batch, x.shape[1], device=dev)
     yb = torch.empty(a.batch, dtype=torch.long, device=dev)
+    # Each epoch's order and its steps' losses: refilled in place, as the epoch mode's graph
+    # reads and writes these addresses.
+    perm = torch.arange(x.shape[0], device=dev)
+    losses = torch.empty(steps, device=dev)
 
     def step():
         with torch.autocast("cuda", dtype=torch.float16, enabled=half):
@@ -134,16 +156,23 @@ def main():
             return loss.detach().clone()
     if a.mode == "graph":
         xb.copy_(x[:a.batch]); yb.copy_(y[:a.batch])
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            static_loss = step()
+        g, static_loss = capture(step, step)
         run = lambda: (g.replay(), static_loss)[1]
+    elif a.mode == "epoch":
+        def gather_and_step(k):
+            # Batch k of the permutation into the step's inputs, in place, then the step of the
+            # graph mode; its loss goes to the epoch's row of losses.
+            idx_ = perm[k * a.batch:(k + 1) * a.batch]
+            torch.index_select(x, 0, idx_, out=xb)
+            torch.index_select(y, 0, idx_, out=yb)
+            losses[k].copy_(step())
+
+        # The warm-up trains on the first batch of perm (0, 1, …: no random draw, so the epochs
+        # shuffle as in the other modes). Each captured step zeroes the gradients in place
+        # (set_to_none=False) before its backward accumulates into them, and the SGD update
+        # reads the momentum buffers the warm-up created, so steps chain inside one graph as
+        # they do when replayed one by one.
+        g, _ = capture(lambda: [gather_and_step(k) for k in range(steps)], lambda: gather_and_step(0))
     else:
         for _ in range(3):  # warm-up (and compilation) outside the timings
             xb.copy_(x[:a.batch]); yb.copy_(y[:a.batch]); run()
@@ -158,17 +187,22 @@ def main():
             if st.get("momentum_buffer") is not None:
                 st["momentum_buffer"].zero_()
 
-    rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
-    t_all = 0.0
-    for epoch in range(1, a.epochs + 1):
-        perm = torch.randperm(x.shape[0], device=dev)
-        losses = torch.empty(steps, device=dev)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+    def train_epoch():
+        if a.mode == "epoch":
+            g.replay()
+            return
         for k in range(steps):
             idx_ = perm[k * a.batch:(k + 1) * a.batch]
             xb.copy_(x[idx_]); yb.copy_(y[idx_])
             losses[k] = run()
+
+    rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
+    t_all = 0.0
+    for epoch in range(1, a.epochs + 1):
+        perm.copy_(torch.randperm(x.shape[0], device=dev))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        train_epoch()
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         t_all += dt
