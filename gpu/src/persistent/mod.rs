@@ -82,9 +82,9 @@ pub const PARTS: usize = 2;
 pub const CHUNK: usize = WARPS * 16;
 /// Chunks of a row at most: one per dW1ᵀ tile a warp keeps.
 pub const MAX_CHUNKS: usize = MAX_DIM / CHUNK;
-/// Stages of the streamed kernels' ring: at least two (one read while the next arrives); at
-/// most [`MAX_STAGES`], whose `MAX_STAGES - 1` chunks in flight cover the L2's latency several
-/// times over.
+/// Stages of the streamed kernels' ring: at least two (one read while the next arrives), at
+/// most six: as many as an A100's 163 KiB hold at MNIST's size (`cp.async.wait_group` takes
+/// its count as an immediate, so the ring's wait has an arm per count).
 pub const MIN_STAGES: usize = 2;
 pub const MAX_STAGES: usize = 6;
 const _: () = assert!(
