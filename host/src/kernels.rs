@@ -32,9 +32,11 @@ kernels! {
     SPLITK_REDUCE = "splitk_reduce", sm 75;
     BIAS_ACT_F16 = "bias_act_f16", sm 75;
     /// The persistent kernel, one per accumulator and way of feeding the batch (two whole
-    /// buffers, or streamed in chunks), and its shuffle.
+    /// buffers, one, or streamed in chunks), and its shuffle.
     PERSISTENT_F16 = "mlp1_persistent_f16", sm 80;
     PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
+    PERSISTENT_SINGLE_F16 = "mlp1_persistent_single_f16", sm 80;
+    PERSISTENT_SINGLE_F32 = "mlp1_persistent_single_f32", sm 80;
     PERSISTENT_STREAMED_F16 = "mlp1_persistent_streamed_f16", sm 75;
     PERSISTENT_STREAMED_F32 = "mlp1_persistent_streamed_f32", sm 75;
     PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
@@ -52,16 +54,6 @@ kernels! {
     REGRESSION_UPDATE = "regression_update", sm 75;
     REGRESSION_FUSED = "regression_fused", sm 75;
     REGRESSION_REDUCE_UPDATE = "regression_reduce_update", sm 75;
-}
-
-/// The persistent kernel for accumulator `acc`, whole-batch or `streamed`.
-pub fn persistent(acc: Accum, streamed: bool) -> &'static str {
-    match (acc, streamed) {
-        (Accum::F16, false) => PERSISTENT_F16,
-        (Accum::F32, false) => PERSISTENT_F32,
-        (Accum::F16, true) => PERSISTENT_STREAMED_F16,
-        (Accum::F32, true) => PERSISTENT_STREAMED_F32,
-    }
 }
 
 /// Whether the PTX of architecture `sm` has kernel `name` of [`NAMED`].
@@ -142,6 +134,8 @@ mod tests {
             block::<PersistentShuffle>(PERSISTENT_SHUFFLE),
             block::<Params>(PERSISTENT_F16),
             block::<Params>(PERSISTENT_F32),
+            block::<Params>(PERSISTENT_SINGLE_F16),
+            block::<Params>(PERSISTENT_SINGLE_F32),
             block::<Params>(PERSISTENT_STREAMED_F16),
             block::<Params>(PERSISTENT_STREAMED_F32),
         ];
@@ -164,7 +158,5 @@ mod tests {
         assert_eq!(gemm(v, Layout::TN), format!("gemm_{}_tn_f32", c.name));
         assert_eq!(gemm(Version::Simt("smem"), Layout::NT), "gemm_smem_nt");
         assert!(in_ptx_of(ROOF_K8_F16, 75) && !in_ptx_of(ROOF_K16_F16, 75));
-        assert_eq!(persistent(Accum::F32, false), "mlp1_persistent_f32");
-        assert_eq!(persistent(Accum::F16, true), "mlp1_persistent_streamed_f16");
     }
 }

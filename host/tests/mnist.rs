@@ -181,11 +181,33 @@ fn streamed_persistent_steps_match_cpu_reference() {
     let g = Gpu::with_options(0, &o).unwrap();
     persistent_steps_against_cpu(&g, Some(Feed::Streamed { stages: 2 }));
     // Its registers hold one chunk ahead: more stages are refused, as is the whole-batch
-    // kernel, which needs sm_80.
+    // kernel (either way), which needs sm_80.
     let mut arena = Arena::measuring();
-    for feed in [Feed::Streamed { stages: 4 }, Feed::Whole] {
+    for feed in [Feed::Streamed { stages: 4 }, Feed::Whole, Feed::Single] {
         let p = Persistent::new(&g, &mut arena, &[48, 24, 10], (8, 4), Accum::F16, feed);
         assert!(p.is_err(), "{feed:?}");
+    }
+}
+
+/// [`persistent_steps_match_cpu_reference`] with one whole-batch buffer, refilled after dW1, as
+/// an A100 runs it: by the bulk copy on Hopper PTX, by every thread's `cp.async` on sm_80 PTX.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn single_buffer_persistent_steps_match_cpu_reference() {
+    for ptx in [None, Some(80)] {
+        let o = GpuOptions {
+            ptx,
+            ..GpuOptions::default()
+        };
+        let g = Gpu::with_options(0, &o).expect("this test needs a CUDA GPU");
+        if g.ptx.sm < 80 {
+            eprintln!(
+                "skipped: one whole-batch buffer needs sm_80 PTX, this run loads {}",
+                g.ptx.arch
+            );
+            continue;
+        }
+        persistent_steps_against_cpu(&g, Some(Feed::Single));
     }
 }
 

@@ -34,12 +34,12 @@ pub struct Block {
 
 impl Block {
     #[inline(always)]
-    pub fn new<const STREAM: bool>(args: Params) -> Block {
+    pub fn new<const STREAM: bool, const SINGLE: bool>(args: Params) -> Block {
         let (batch, dim) = (args.batch as usize, args.dim as usize);
         let lay = if STREAM {
             Smem::streamed(batch, dim, args.stages as usize)
         } else {
-            Smem::whole(batch, dim)
+            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 })
         };
         let base = dynamic_shared::<u8>();
         let blk = block_x();
@@ -115,10 +115,16 @@ impl Block {
     pub fn skips_barrier(&self) -> bool {
         !self.whole_block_meets() && self.warp >= TILE_WARPS
     }
-    /// Whether every warp meets the grid barrier (on Hopper, and in the streamed kernels).
+    /// Whether every warp meets the grid barrier (on Hopper, and where no warp loads during the
+    /// forward: the streamed kernels and one whole-batch buffer).
     #[inline(always)]
     pub fn whole_block_meets(&self) -> bool {
-        HOPPER || self.lay.streamed
+        HOPPER || self.lay.streamed || self.single()
+    }
+    /// Whether the whole-batch kernel has one buffer, refilled after dW1.
+    #[inline(always)]
+    pub fn single(&self) -> bool {
+        !self.lay.streamed && self.lay.buffers == 1
     }
 
     /// `.shared` addresses of the regions of [`Smem`].
@@ -240,7 +246,7 @@ pub struct Small {
 }
 
 /// Step `k` of the launch (`index` of the epoch): the batch buffer it reads in the
-/// whole-batch kernel (`k % 2`), and its slot of the logit sums.
+/// whole-batch kernel (`k % 2`, or the one), and its slot of the logit sums.
 #[derive(Clone, Copy)]
 pub struct Step {
     pub k: u32,
@@ -257,7 +263,7 @@ impl Step {
         Step {
             k,
             index: b.args.step0 + k,
-            x: opaque(b.batch_buffer((k % 2) as usize)),
+            x: opaque(b.batch_buffer((k as usize % 2) % b.lay.buffers)),
             sums: unsafe { logits.add((k as usize % LOGIT_SLOTS) * b.slot) },
         }
     }

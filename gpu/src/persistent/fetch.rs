@@ -1,12 +1,13 @@
 //! Fetching the batch. A block's rows of a step are one run of the shuffled set (rows, labels
-//! and stride as the buffer holds them), copied whole into one of two buffers while the step
-//! before reads the other:
-//! - on Hopper by one bulk copy of the copy engine, which reports its bytes at the buffer's
-//!   `mbarrier`: issued by one thread for the batch after next as soon as the update frees its
-//!   buffer;
-//! - elsewhere by the loader warps in 16-byte `cp.async` pieces, issued during the forward for
-//!   the next batch (all four loader warps: a warp issuing `cp.async` stalls until the memory
-//!   system takes the copies).
+//! and stride as the buffer holds them), copied whole into a buffer:
+//! - with two buffers, while the step before reads the other: on Hopper by one bulk copy of the
+//!   copy engine, which reports its bytes at the buffer's `mbarrier`, issued by one thread for
+//!   the batch after next as soon as the update frees its buffer; elsewhere by the loader warps
+//!   in 16-byte `cp.async` pieces, issued during the forward for the next batch (all four
+//!   loader warps: a warp issuing `cp.async` stalls until the memory system takes the copies);
+//! - with one buffer (where two do not fit, as on an A100 at MNIST's size), into it once dW1 has
+//!   read it, during the exchange and the update: by the bulk copy on Hopper, elsewhere by every
+//!   thread's `cp.async` pieces.
 use super::context::{Block, Step};
 use super::*;
 use crate::arch::*;
@@ -15,17 +16,21 @@ use crate::arch::*;
 /// warp 0 when it issues the copy after the update's barrier.
 const COPY_ISSUER: usize = 32;
 
-/// The warps that fetch the next batch with `cp.async` during the forward (not on Hopper,
-/// where the copy engine fetches it).
+/// The step's batch buffer: steps alternate between two, or take the one.
 #[inline(always)]
-fn is_loader(b: &Block) -> bool {
-    b.warp >= TILE_WARPS
+fn buffer(b: &Block, s: &Step) -> usize {
+    (s.k as usize % 2) % b.lay.buffers
 }
 
-/// The step's batch buffer: steps alternate between the two.
+/// The threads that copy a batch with `cp.async` (not on Hopper): the loader warps, or every
+/// thread with one buffer. The first and how many.
 #[inline(always)]
-fn buffer(s: &Step) -> usize {
-    (s.k % 2) as usize
+fn copiers(b: &Block) -> (usize, usize) {
+    if b.single() {
+        (0, THREADS)
+    } else {
+        (TILE_WARPS * 32, THREADS - TILE_WARPS * 32)
+    }
 }
 
 /// Bytes of the block's rows of a step.
@@ -41,16 +46,23 @@ fn batch_src(b: &Block, index: u32) -> *const u8 {
     unsafe { batches.add((index as usize * b.args.batch as usize + b.r0) * b.lay.stride) }
 }
 
-/// The loader warps' copy of step `index`'s rows into buffer `buf` (not on Hopper).
+/// The copiers' copy of step `index`'s rows into buffer `buf` (not on Hopper).
 #[inline(always)]
 fn load_batch(b: &Block, buf: usize, index: u32) {
     let (from, to) = (batch_src(b, index), b.batch_buffer(buf));
-    let mut i = 16 * (b.tid - 128);
+    let (first, count) = copiers(b);
+    let mut i = 16 * (b.tid - first);
     while i < batch_bytes(b) {
         cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
-        i += 16 * 128;
+        i += 16 * count;
     }
     cp_async_commit();
+}
+
+/// Whether this thread copies batches with `cp.async`.
+#[inline(always)]
+fn is_copier(b: &Block) -> bool {
+    b.tid >= copiers(b).0
 }
 
 /// One bulk copy of step `index`'s rows into buffer `buf`, announced at the buffer's mbarrier
@@ -64,8 +76,8 @@ fn bulk_batch(b: &Block, buf: usize, index: u32) {
     }
 }
 
-/// Before the first step: the first batch (on Hopper the first two, after the buffers'
-/// mbarriers are initialised).
+/// Before the first step: the first batch (on Hopper with two buffers the first two, after
+/// the buffers' mbarriers are initialised).
 #[inline(always)]
 pub fn start(b: &Block) {
     let (step0, steps) = (b.args.step0, b.args.steps);
@@ -79,43 +91,52 @@ pub fn start(b: &Block) {
         sync_threads();
         if b.tid == COPY_ISSUER {
             bulk_batch(b, 0, step0);
-            if steps > 1 {
+            if steps > 1 && !b.single() {
                 bulk_batch(b, 1, step0 + 1);
             }
         }
-    } else if is_loader(b) {
+    } else if is_copier(b) {
         load_batch(b, 0, step0);
     }
 }
 
 /// Waits until the step's rows have landed. On Hopper the block barrier that ended the
-/// previous step suffices besides the buffer's mbarrier.
+/// previous step suffices besides the buffer's mbarrier, whose phase turns each time the buffer
+/// fills: every other step with two buffers, every step with one.
 #[inline(always)]
 pub fn wait(b: &Block, s: &Step) {
     if HOPPER {
-        mbar_wait::<false>(b.mbar(buffer(s)), (s.k / 2) % 2);
+        let fills = if b.single() { s.k } else { s.k / 2 };
+        mbar_wait::<false>(b.mbar(buffer(b, s)), fills % 2);
     } else {
-        if is_loader(b) {
+        if is_copier(b) {
             cp_async_wait::<0>();
         }
         sync_threads();
     }
 }
 
-/// Not on Hopper: the loader warps fetch the next batch into the other buffer (last read by
-/// the previous step's dW1) while the tile warps finish the forward.
+/// Not on Hopper, with two buffers: the loader warps fetch the next batch into the other
+/// buffer (last read by the previous step's dW1) while the tile warps finish the forward.
 #[inline(always)]
 pub fn load_next(b: &Block, s: &Step) {
-    if is_loader(b) && s.has_next(b.args.steps) {
-        load_batch(b, 1 - buffer(s), s.index + 1);
+    if !b.single() && is_copier(b) && s.has_next(b.args.steps) {
+        load_batch(b, 1 - buffer(b, s), s.index + 1);
     }
 }
 
-/// On Hopper: after `exchange::receive`'s block barrier, which frees the step's buffer (dW1
-/// was its last reader), the bulk copy of the batch after next into it.
+/// After `exchange::receive`'s block barrier, which frees the step's buffer (dW1 was its last
+/// reader): on Hopper the bulk copy of the batch after next into it (of the next batch with one
+/// buffer); elsewhere, with one buffer, every thread's copy of the next batch.
 #[inline(always)]
-pub fn issue_after_next(b: &Block, s: &Step) {
-    if b.tid == COPY_ISSUER && s.k + 2 < b.args.steps {
-        bulk_batch(b, buffer(s), s.index + 2);
+pub fn after_dw1(b: &Block, s: &Step) {
+    let ahead = if b.single() { 1 } else { 2 };
+    let more = s.k + ahead < b.args.steps;
+    if HOPPER {
+        if b.tid == COPY_ISSUER && more {
+            bulk_batch(b, buffer(b, s), s.index + ahead);
+        }
+    } else if b.single() && more {
+        load_batch(b, 0, s.index + 1);
     }
 }

@@ -11,7 +11,8 @@ use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
 /// Warps that split the forward's K. All eight where no warp fetches meanwhile (on Hopper the
-/// copy engine fetches the next batch; the streamed kernels' warps all load between chunks) and
+/// copy engine fetches the next batch; the streamed kernels' warps all load between chunks; one
+/// whole-batch buffer fills after dW1) and
 /// their partials fit [`PARTIALS`], which fp32 ones fit four of; else the tile warps (the
 /// whole-batch kernel's loader warps issue `cp.async` meanwhile).
 const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
@@ -26,8 +27,13 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
 /// The streamed kernels read the batch from `ring`.
 #[inline(always)]
 pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) -> [f32; 4] {
-    let fwd = const { forward_warps::<A, STREAM>() };
     const { assert!(forward_warps::<A, STREAM>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
+    // With one whole-batch buffer no warp loads during the forward either.
+    let fwd = if b.single() {
+        forward_warps::<A, true>()
+    } else {
+        forward_warps::<A, STREAM>()
+    };
     if STREAM {
         // Every thread takes part in the ring, rows or not.
         let acc = k_chunks::<A>(b, ring, fwd);
@@ -46,7 +52,7 @@ pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) 
         }
         // Elsewhere the loader warps must not arrive: the named barrier counts the tile warps'
         // 128 threads, and with the loaders' a generation would release early.
-        if HOPPER {
+        if b.whole_block_meets() {
             sync_threads()
         } else if b.warp < fwd {
             bar_sync::<2, 128>()

@@ -135,7 +135,8 @@ pub struct Params {
     /// `k·batch..(k + 1)·batch` of `batches`.
     pub step0: u32,
     pub steps: u32,
-    /// The streamed kernels' ring stages ([`Smem::streamed`]); 0 for the others.
+    /// The streamed kernels' ring stages ([`Smem::streamed`]); unused by the others, whose
+    /// kernel says how many whole-batch buffers they have.
     pub stages: u32,
 }
 
@@ -215,10 +216,11 @@ mod kernel {
     use crate::arch::{Acc, sync_threads};
 
     /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
-    /// selects the streamed batch ([`Ring`]) over the two whole-batch buffers (`fetch`, sm_80+).
+    /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`, sm_80+),
+    /// two of them or (`SINGLE`) one.
     #[inline(always)]
-    unsafe fn train<A: Acc, const STREAM: bool>(args: Params) {
-        let block = Block::new::<STREAM>(args);
+    unsafe fn train<A: Acc, const STREAM: bool, const SINGLE: bool>(args: Params) {
+        let block = Block::new::<STREAM, SINGLE>(args);
         let mut w1 = W1::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
@@ -252,8 +254,8 @@ mod kernel {
             out.send_dw1(&b, &dw1);
             let theirs = exchange::receive(&b, &s);
             #[cfg(target_feature = "sm_80")]
-            if HOPPER && !STREAM {
-                fetch::issue_after_next(&b, &s);
+            if !STREAM {
+                fetch::after_dw1(&b, &s);
             }
             update::sgd_step(&b, &mut w1, &dw1, db1, &theirs);
             sync_threads();
@@ -266,19 +268,23 @@ mod kernel {
     }
 
     macro_rules! export {
-        ($name:literal, $acc:ty, $stream:literal) => {
+        ($name:literal, $acc:ty, $stream:literal, $single:literal) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
-                    unsafe { train::<$acc, $stream>(args) }
+                    unsafe { train::<$acc, $stream, $single>(args) }
                 }
             };
         };
     }
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f16", [u32; 2], false);
+    export!("mlp1_persistent_f16", [u32; 2], false, false);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f32", [f32; 4], false);
-    export!("mlp1_persistent_streamed_f16", [u32; 2], true);
-    export!("mlp1_persistent_streamed_f32", [f32; 4], true);
+    export!("mlp1_persistent_f32", [f32; 4], false, false);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_single_f16", [u32; 2], false, true);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_single_f32", [f32; 4], false, true);
+    export!("mlp1_persistent_streamed_f16", [u32; 2], true, false);
+    export!("mlp1_persistent_streamed_f32", [f32; 4], true, false);
 }

@@ -37,8 +37,8 @@ pub struct Smem {
     /// Whether the batch streams through chunk buffers ([`Smem::streamed`]).
     pub streamed: bool,
     /// Buffers of the block's rows in [`Smem::x`]: two of whole rows (the next batch arrives in
-    /// one while the step reads the other), or the streamed kernels' `stages` of one
-    /// [`CHUNK`]-input chunk each.
+    /// one while the step reads the other) or one (refilled after dW1), or the streamed
+    /// kernels' `stages` of one [`CHUNK`]-input chunk each.
     pub buffers: usize,
     /// Bytes per row in a buffer: [`Smem::stride`] for whole rows, [`CHUNK_STRIDE`] for
     /// chunks.
@@ -79,9 +79,10 @@ pub struct Smem {
 pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
 
 impl Smem {
-    /// The layout with two buffers of whole rows.
-    pub const fn whole(batch: usize, dim: usize) -> Smem {
-        Smem::with_buffers(batch, dim, 2, row_stride(dim), false)
+    /// The layout with `buffers` buffers of whole rows: two (the next batch arrives in one
+    /// while the step reads the other), or one (refilled after dW1).
+    pub const fn whole(batch: usize, dim: usize, buffers: usize) -> Smem {
+        Smem::with_buffers(batch, dim, buffers, row_stride(dim), false)
     }
 
     /// The streamed kernels' layout, with a ring of `stages` chunk buffers.
@@ -152,7 +153,8 @@ mod tests {
             (64, 32),
         ] {
             for m in [
-                Smem::whole(batch, dim),
+                Smem::whole(batch, dim, 2),
+                Smem::whole(batch, dim, 1),
                 Smem::streamed(batch, dim, MAX_STAGES),
             ] {
                 let regions = [
@@ -191,13 +193,16 @@ mod tests {
             );
         }
         assert!(Smem::streamed(128, 784, 5).bytes > 99 * 1024);
-        assert!(Smem::whole(128, 784).bytes > 163 * 1024);
+        assert!(Smem::whole(128, 784, 2).bytes > 163 * 1024);
+        // One whole-batch buffer fits an A100, not a 99 KiB card.
+        let single = Smem::whole(128, 784, 1).bytes;
+        assert!(single <= 163 * 1024 && single > 99 * 1024);
     }
 
     /// The default MNIST model fits an H100's 227 KB per block.
     #[test]
     fn mnist_fits_an_h100() {
-        let m = Smem::whole(128, 784);
+        let m = Smem::whole(128, 784, 2);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
     }

@@ -68,6 +68,9 @@ pub enum Feed {
     /// Two buffers of the block's whole rows, the next batch arriving in one while the step
     /// reads the other (sm_80 PTX and newer; at MNIST's batch of 128 only Hopper has the room).
     Whole,
+    /// One buffer of the block's whole rows, refilled with the next batch once dW1 has read it
+    /// (sm_80 PTX and newer; at MNIST's batch of 128 an A100 has the room).
+    Single,
     /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
     /// step (`gpu::persistent::stream`).
     Streamed { stages: usize },
@@ -77,32 +80,44 @@ impl Feed {
     /// The shared-memory layout of a block for a batch of `batch` × `dim`.
     pub fn smem(self, batch: usize, dim: usize) -> Smem {
         match self {
-            Feed::Whole => Smem::whole(batch, dim),
+            Feed::Whole => Smem::whole(batch, dim, 2),
+            Feed::Single => Smem::whole(batch, dim, 1),
             Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
         }
     }
 
+    /// The kernel's `stages` parameter.
     fn stages(self) -> u32 {
         match self {
-            Feed::Whole => 0,
             Feed::Streamed { stages } => stages as u32,
+            _ => 0,
         }
     }
 
     fn kernel(self, acc: Accum) -> &'static str {
-        kernels::persistent(acc, self != Feed::Whole)
+        use kernels::*;
+        match (self, acc) {
+            (Feed::Whole, Accum::F16) => PERSISTENT_F16,
+            (Feed::Whole, Accum::F32) => PERSISTENT_F32,
+            (Feed::Single, Accum::F16) => PERSISTENT_SINGLE_F16,
+            (Feed::Single, Accum::F32) => PERSISTENT_SINGLE_F32,
+            (Feed::Streamed { .. }, Accum::F16) => PERSISTENT_STREAMED_F16,
+            (Feed::Streamed { .. }, Accum::F32) => PERSISTENT_STREAMED_F32,
+        }
     }
 }
 
-/// How this GPU feeds a batch of `batch` × `dim`: whole where its PTX has that kernel and the
-/// two buffers fit the shared memory a block may have, else streamed through as many stages
-/// as fit (two on sm_75, whose ring loads through registers); or why neither fits.
+/// How this GPU feeds a batch of `batch` × `dim`: whole where its PTX has that kernel and two
+/// buffers fit the shared memory a block may have, else one, else streamed through as many
+/// stages as fit (two on sm_75, whose ring loads through registers); or why none fits.
 pub fn choose_feed(gpu: &Gpu, batch: usize, dim: usize) -> Result<Feed, String> {
     let room = gpu.max_smem_optin();
-    if kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm)
-        && Smem::whole(batch, dim).bytes <= room
-    {
-        return Ok(Feed::Whole);
+    let whole = [Feed::Whole, Feed::Single]
+        .into_iter()
+        .filter(|_| kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm))
+        .find(|f| f.smem(batch, dim).bytes <= room);
+    if let Some(f) = whole {
+        return Ok(f);
     }
     let most = if gpu.ptx.sm >= 80 {
         MAX_STAGES
@@ -239,10 +254,16 @@ impl Persistent {
         let smem = feed.smem(batch, sizes[0]);
         // sm_75's ring loads through registers, which hold one chunk ahead: two stages.
         let registers = gpu.ptx.sm < 80;
+        let stages_ok = match feed {
+            Feed::Streamed { stages } => {
+                (MIN_STAGES..=MAX_STAGES).contains(&stages) && (!registers || stages == MIN_STAGES)
+            }
+            _ => true,
+        };
         ensure!(
             kernels::in_ptx_of(feed.kernel(acc), gpu.ptx.sm)
                 && smem.bytes <= gpu.max_smem_optin()
-                && !(registers && feed != Feed::Streamed { stages: MIN_STAGES }),
+                && stages_ok,
             "{feed:?} does not run on {} with {}",
             gpu.describe_ptx(),
             gpu.describe_smem_limit()

@@ -382,6 +382,10 @@ impl<'a> Trainer<'a> {
         match &self.engine {
             Engine::Persistent(p) => match p.feed() {
                 Feed::Whole => format!("persistent kernel ({} blocks)", p.blocks()),
+                Feed::Single => format!(
+                    "persistent kernel ({} blocks, one batch buffer refilled after dW1)",
+                    p.blocks()
+                ),
                 Feed::Streamed { stages } => format!(
                     "persistent kernel ({} blocks, the batch streamed in {CHUNK}-input chunks through {stages} stages)",
                     p.blocks()
