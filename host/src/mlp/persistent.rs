@@ -112,10 +112,10 @@ impl Feed {
 /// stages as fit (two on sm_75, whose ring loads through registers); or why none fits.
 pub fn choose_feed(gpu: &Gpu, batch: usize, dim: usize) -> Result<Feed, String> {
     let room = gpu.max_smem_optin();
+    let has_whole = kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm);
     let whole = [Feed::Whole, Feed::Single]
         .into_iter()
-        .filter(|_| kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm))
-        .find(|f| f.smem(batch, dim).bytes <= room);
+        .find(|f| has_whole && f.smem(batch, dim).bytes <= room);
     if let Some(f) = whole {
         return Ok(f);
     }
