@@ -121,6 +121,12 @@ impl Block {
     pub fn whole_block_meets(&self) -> bool {
         HOPPER || self.lay.streamed || self.single()
     }
+    /// The whole-batch buffer step `k` of the launch reads: steps alternate between two, or
+    /// take the one.
+    #[inline(always)]
+    pub fn step_buffer(&self, k: u32) -> usize {
+        (k as usize % 2) % self.lay.buffers
+    }
     /// Whether the whole-batch kernel has one buffer, refilled after dW1.
     #[inline(always)]
     pub fn single(&self) -> bool {
@@ -263,7 +269,7 @@ impl Step {
         Step {
             k,
             index: b.args.step0 + k,
-            x: opaque(b.batch_buffer((k as usize % 2) % b.lay.buffers)),
+            x: opaque(b.batch_buffer(b.step_buffer(k))),
             sums: unsafe { logits.add((k as usize % LOGIT_SLOTS) * b.slot) },
         }
     }

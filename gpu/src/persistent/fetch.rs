@@ -16,10 +16,10 @@ use crate::arch::*;
 /// warp 0 when it issues the copy after the update's barrier.
 const COPY_ISSUER: usize = 32;
 
-/// The step's batch buffer: steps alternate between two, or take the one.
+/// The step's batch buffer.
 #[inline(always)]
 fn buffer(b: &Block, s: &Step) -> usize {
-    (s.k as usize % 2) % b.lay.buffers
+    b.step_buffer(s.k)
 }
 
 /// The threads that copy a batch with `cp.async` (not on Hopper): the loader warps, or every

@@ -27,7 +27,11 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
 /// The streamed kernels read the batch from `ring`.
 #[inline(always)]
 pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) -> [f32; 4] {
-    const { assert!(forward_warps::<A, STREAM>() * TILES * 32 * size_of::<A>() <= PARTIALS) };
+    // The one-buffer kernel (STREAM false) splits as the streamed ones do.
+    const {
+        assert!(forward_warps::<A, false>() * TILES * 32 * size_of::<A>() <= PARTIALS);
+        assert!(forward_warps::<A, true>() * TILES * 32 * size_of::<A>() <= PARTIALS);
+    };
     // With one whole-batch buffer no warp loads during the forward either.
     let fwd = if b.single() {
         forward_warps::<A, true>()

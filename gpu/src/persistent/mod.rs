@@ -9,8 +9,7 @@
 //! Decomposition: the hidden units are cut in slices of 8 (one n = 8 `mma` tile) and the batch
 //! in two halves; block `2s + h` owns slice `s` for half `h`. Each block holds its slice's
 //! rows of W1, entries of b1 and columns of W2 (the two blocks of a slice hold identical
-//! copies) and its half of the batch (fp16, in shared memory, the next batch's copy arriving
-//! during the step). A step:
+//! copies) and its half of the batch (fp16, in shared memory: below). A step:
 //! - forward, `H = relu(X·W1[s]ᵀ + b1[s])` for the block's rows: block-local;
 //! - logits `H·W2ᵀ`: a sum over slices. Each block adds its partial product into one buffer in
 //!   64-bit fixed point, whose adds are associative, so the sums do not depend on the order of
@@ -23,17 +22,19 @@
 //!   `st.async` messages, which its `mbarrier` counts until all have arrived; elsewhere they go
 //!   through global memory and the pair meets at a counter there.
 //!
-//! Splitting the batch halves the shared memory a block needs for it, which leaves room for a
-//! second buffer: the copy of the next batch (the step's largest transfer) overlaps the step
-//! instead of preceding its forward. The epoch's rows are shuffled before it by a kernel of
-//! their own, in step order and each with its label, so a block's rows of a step are one run of
-//! memory. Within a block, the forward's product splits the input over the warps (all eight on
-//! Hopper, else warps 0-3 while warps 4-7 fetch the next batch with `cp.async`; on Hopper one
-//! bulk copy of the copy engine fetches it). Warps 0-3 then own the 16-row tiles of the batch
-//! through H, the partial logits and dH, so those stay in registers as `mma` fragments (an
-//! accumulator fragment of one product is the A fragment of the next); all eight share the
-//! softmax (on Hopper) and dW1. W1's fp32 master values and momentum live in registers for the
-//! whole launch.
+//! Splitting the batch halves the shared memory a block needs for it, which on Hopper leaves
+//! room for a second buffer: the copy of the next batch (the step's largest transfer) overlaps
+//! the step instead of preceding its forward. With room for one buffer (an A100), the next batch
+//! refills it during the exchange and the update. The epoch's rows are shuffled before it by a
+//! kernel of their own, in step order and each with its label, so a block's rows of a step are
+//! one run of memory. Within a block, the forward's product splits the input over the warps
+//! (all eight with fp16 accumulators where no warp fetches meanwhile: on Hopper, whose copy
+//! engine fetches the batch, and with one buffer; else warps 0-3 while warps 4-7 fetch the next
+//! batch with `cp.async`). Warps 0-3 then own the 16-row tiles of the batch through H, the
+//! partial logits and dH, so those stay in registers as `mma` fragments (an accumulator
+//! fragment of one product is the A fragment of the next); all eight share the softmax (on
+//! Hopper) and dW1. W1's fp32 master values and momentum live in registers for the whole
+//! launch.
 //!
 //! The step is a sequence of phases, one file each (`train` calls them in order): `fetch`
 //! (the next batch), `forward`, `logits` (the partial logits and their exchange at the grid
@@ -43,8 +44,8 @@
 //! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
 //! launch, `smem` lays out shared memory, `shuffle` is the kernel that orders an epoch's rows.
 //!
-//! Where the two batch buffers do not fit a block's shared memory (every GPU before Hopper at
-//! MNIST's batch of 128), the *streamed* kernels (`stream`) hold no whole batch: the block's
+//! Where not even one batch buffer fits a block's shared memory (at MNIST's batch of 128, GPUs
+//! with 99 KiB a block or less), the *streamed* kernels (`stream`) hold no whole batch: the block's
 //! rows pass through a ring of [`CHUNK`]-input chunks, once for the forward and once more for
 //! dW1, loaded by `cp.async` (sm_80+) or through registers (sm_75) a few chunks ahead of the
 //! one the warps read. `docs/persistent.md` explains the design and its measured costs.
@@ -83,8 +84,9 @@ pub const CHUNK: usize = WARPS * 16;
 /// Chunks of a row at most: one per dW1ᵀ tile a warp keeps.
 pub const MAX_CHUNKS: usize = MAX_DIM / CHUNK;
 /// Stages of the streamed kernels' ring: at least two (one read while the next arrives), at
-/// most six: as many as an A100's 163 KiB hold at MNIST's size (`cp.async.wait_group` takes
-/// its count as an immediate, so the ring's wait has an arm per count).
+/// most six (`cp.async.wait_group` takes its count as an immediate, so the ring's wait has an
+/// arm per count). Where more would fit, one whole-batch buffer fits too at MNIST's size, and
+/// the host takes that.
 pub const MIN_STAGES: usize = 2;
 pub const MAX_STAGES: usize = 6;
 const _: () = assert!(
@@ -135,8 +137,9 @@ pub struct Params {
     /// `k·batch..(k + 1)·batch` of `batches`.
     pub step0: u32,
     pub steps: u32,
-    /// The streamed kernels' ring stages ([`Smem::streamed`]); unused by the others, whose
-    /// kernel says how many whole-batch buffers they have.
+    /// The streamed kernels' ring stages ([`Smem::streamed`]), `MIN_STAGES..=MAX_STAGES` (two
+    /// on sm_75); unused by the others, whose kernel says how many whole-batch buffers they
+    /// have.
     pub stages: u32,
 }
 

@@ -29,9 +29,9 @@ pub struct Smem {
     /// Rows of the batch per block (half the batch, rounded up to the 16 of an `mma` tile);
     /// the rows a block does not fill hold zeros.
     pub rows: usize,
-    /// Bytes per row of the batch: an odd number of 16-byte chunks, so the eight rows one
+    /// Bytes per row of the batch: an odd number of 16-byte pieces, so the eight rows one
     /// `ldmatrix` phase reads fall in eight different bank groups. That is always the features
-    /// and one chunk more, which carries the row's label ([`label_offset`]): a row arrives
+    /// and one piece more, which carries the row's label ([`label_offset`]): a row arrives
     /// with its label.
     pub stride: usize,
     /// Whether the batch streams through chunk buffers ([`Smem::streamed`]).
@@ -141,7 +141,7 @@ mod tests {
 
     /// Every buffer starts on a 16-byte boundary (`ldmatrix` rows, `cp.async` and 16-byte
     /// stores need it), the buffers follow each other without overlap, and a batch row spans
-    /// an odd number of 16-byte chunks (conflict-free `ldmatrix`).
+    /// an odd number of 16-byte pieces (conflict-free `ldmatrix`).
     #[test]
     fn shared_memory_layout() {
         for (batch, dim) in [
@@ -166,7 +166,7 @@ mod tests {
                 }
                 assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
                 assert_eq!((m.stride / 16) % 2, 1);
-                // The features, then one chunk for the label.
+                // The features, then one piece for the label.
                 assert_eq!(m.stride, label_offset(dim) + 16);
                 assert!(
                     m.rows.is_multiple_of(16)

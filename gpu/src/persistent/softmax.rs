@@ -6,8 +6,10 @@ use super::logits::FIX;
 use super::*;
 use crate::arch::*;
 
-/// Threads per row (adjacent lanes), [`PER`] classes each. On Hopper all eight warps take part
-/// (none has a copy to issue there), elsewhere the tile warps.
+/// Threads per row (adjacent lanes), [`PER`] classes each: on Hopper all eight warps' threads
+/// cover the rows, elsewhere the tile warps' (warps 4-7 skip the softmax in the two-buffer
+/// kernel; elsewhere they run it on rows past the block's, which store nothing: skipping them
+/// by thread index made the Hopper kernel 2-4% slower).
 const SPLIT: usize = if HOPPER { 4 } else { 2 };
 const PER: usize = MAX_CLASSES / SPLIT;
 

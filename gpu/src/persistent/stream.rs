@@ -32,9 +32,10 @@ pub struct Ring {
     /// (`0..2n`: the forward's chunks, then dW1's).
     step: u32,
     place: u32,
-    /// The stage the next [`Ring::next`] returns, and (sm_80+) the stage the next chunk loads
-    /// into (on sm_75 it is stored into the stage read next).
+    /// The stage the next [`Ring::next`] returns.
     read: u32,
+    /// sm_80+: the stage the next chunk loads into (on sm_75 the staged chunk is stored into
+    /// the stage read next).
     #[cfg(target_feature = "sm_80")]
     load: u32,
     /// sm_75: the next chunk's pieces, loaded and not yet stored.
