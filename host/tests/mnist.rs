@@ -220,11 +220,10 @@ fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
     Some(Gpu::with_options(0, &o).unwrap())
 }
 
-/// Whether `g` runs `feed` for the CPU-reference sizes (its PTX has the kernel, its shared
-/// memory holds MNIST's width at batch 100, the largest); if not, says it is skipped.
+/// Whether `g` runs `feed` for the CPU-reference sizes (MNIST's width at batch 100, the
+/// largest); if not, says it is skipped.
 fn runs(g: &Gpu, feed: Feed) -> bool {
-    let mut arena = Arena::measuring();
-    let ok = Persistent::new(g, &mut arena, &[784, 32, 10], (100, 4), Accum::F16, feed).is_ok();
+    let ok = feed.runs_with(g.ptx.sm, g.max_smem_optin(), 100, 784);
     if !ok {
         eprintln!(
             "skipped in part: {feed:?} does not run on {}",

@@ -105,29 +105,49 @@ impl Feed {
             (Feed::Streamed { .. }, Accum::F32) => PERSISTENT_STREAMED_F32,
         }
     }
+
+    /// Whether PTX of architecture `sm` runs this feed for a batch of `batch` × `dim` in `room`
+    /// bytes of shared memory a block: its kernel is there, its layout fits, and a ring has
+    /// `MIN_STAGES..=MAX_STAGES` stages, two on sm_75 (whose ring loads through registers, which
+    /// hold one chunk ahead).
+    pub fn runs_with(self, sm: u32, room: usize, batch: usize, dim: usize) -> bool {
+        let stages_ok = match self {
+            Feed::Streamed { stages } if sm < 80 => stages == MIN_STAGES,
+            Feed::Streamed { stages } => (MIN_STAGES..=MAX_STAGES).contains(&stages),
+            _ => true,
+        };
+        stages_ok
+            && kernels::in_ptx_of(self.kernel(Accum::F16), sm)
+            && self.smem(batch, dim).bytes <= room
+    }
+
+    /// How the first line of a run names the feed, after the block count.
+    pub fn describe(self) -> String {
+        match self {
+            Feed::Whole => String::new(),
+            Feed::Single => ", one batch buffer refilled after dW1".into(),
+            Feed::Streamed { stages } => {
+                format!(", the batch streamed in {CHUNK}-input chunks through {stages} stages")
+            }
+        }
+    }
 }
 
-/// How this GPU feeds a batch of `batch` × `dim`: whole where its PTX has that kernel and two
-/// buffers fit the shared memory a block may have, else one, else streamed through as many
-/// stages as fit (two on sm_75, whose ring loads through registers); or why none fits.
+/// The feeds the host tries, fastest first: two whole-batch buffers, one, then the ring with
+/// the most stages.
+fn feeds_by_preference() -> impl Iterator<Item = Feed> {
+    let rings = (MIN_STAGES..=MAX_STAGES).rev();
+    [Feed::Whole, Feed::Single]
+        .into_iter()
+        .chain(rings.map(|stages| Feed::Streamed { stages }))
+}
+
+/// How this GPU feeds a batch of `batch` × `dim`: the first of [`feeds_by_preference`] that
+/// it runs ([`Feed::runs_with`]), or why none fits.
 pub fn choose_feed(gpu: &Gpu, batch: usize, dim: usize) -> Result<Feed, String> {
     let room = gpu.max_smem_optin();
-    let has_whole = kernels::in_ptx_of(Feed::Whole.kernel(Accum::F16), gpu.ptx.sm);
-    let whole = [Feed::Whole, Feed::Single]
-        .into_iter()
-        .find(|f| has_whole && f.smem(batch, dim).bytes <= room);
-    if let Some(f) = whole {
-        return Ok(f);
-    }
-    let most = if gpu.ptx.sm >= 80 {
-        MAX_STAGES
-    } else {
-        MIN_STAGES
-    };
-    (MIN_STAGES..=most)
-        .rev()
-        .map(|stages| Feed::Streamed { stages })
-        .find(|f| f.smem(batch, dim).bytes <= room)
+    feeds_by_preference()
+        .find(|f| f.runs_with(gpu.ptx.sm, room, batch, dim))
         .ok_or_else(|| {
             format!(
                 "a batch of {batch} × {dim} needs {} B of shared memory even streamed in {CHUNK}-input chunks, {}",
@@ -252,18 +272,8 @@ impl Persistent {
         feed: Feed,
     ) -> Result<Persistent> {
         let smem = feed.smem(batch, sizes[0]);
-        // sm_75's ring loads through registers, which hold one chunk ahead: two stages.
-        let registers = gpu.ptx.sm < 80;
-        let stages_ok = match feed {
-            Feed::Streamed { stages } => {
-                (MIN_STAGES..=MAX_STAGES).contains(&stages) && (!registers || stages == MIN_STAGES)
-            }
-            _ => true,
-        };
         ensure!(
-            kernels::in_ptx_of(feed.kernel(acc), gpu.ptx.sm)
-                && smem.bytes <= gpu.max_smem_optin()
-                && stages_ok,
+            feed.runs_with(gpu.ptx.sm, gpu.max_smem_optin(), batch, sizes[0]),
             "{feed:?} does not run on {} with {}",
             gpu.describe_ptx(),
             gpu.describe_smem_limit()
@@ -468,5 +478,36 @@ fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (THREADS as u32, 1, 1),
         shared_mem_bytes: smem as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MNIST's batch of 128 on each generation's PTX and shared memory a block: Hopper's two
+    /// whole-batch buffers, an A100's one, the rings of 99 and 64 KiB cards, Turing's two-stage
+    /// register ring whatever the room, and nothing under 48 KiB.
+    #[test]
+    fn each_generation_takes_the_feed_its_shared_memory_holds() {
+        let choose = |sm: u32, kib: usize| {
+            feeds_by_preference().find(|f| f.runs_with(sm, kib * 1024, 128, 784))
+        };
+        assert_eq!(choose(90, 227), Some(Feed::Whole));
+        assert_eq!(choose(80, 163), Some(Feed::Single));
+        assert_eq!(choose(80, 99), Some(Feed::Streamed { stages: 4 }));
+        assert_eq!(choose(80, 64), Some(Feed::Streamed { stages: 2 }));
+        assert_eq!(choose(75, 64), Some(Feed::Streamed { stages: 2 }));
+        assert_eq!(choose(75, 227), Some(Feed::Streamed { stages: 2 }));
+        assert_eq!(choose(80, 48), None);
+        // Only sm_75's own ring of two runs there; any stage count within bounds on sm_80.
+        assert!(!Feed::Streamed { stages: 4 }.runs_with(75, 227 * 1024, 8, 48));
+        assert!(
+            !Feed::Streamed {
+                stages: MAX_STAGES + 1
+            }
+            .runs_with(90, 227 * 1024, 8, 48)
+        );
+        assert!(!Feed::Whole.runs_with(75, 227 * 1024, 8, 48));
     }
 }

@@ -12,7 +12,6 @@ use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::Accum;
 use gpu::params::GatherBatch;
-use gpu::persistent::CHUNK;
 use half::f16;
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -380,17 +379,11 @@ impl<'a> Trainer<'a> {
 
     fn engine_description(&self) -> String {
         match &self.engine {
-            Engine::Persistent(p) => match p.feed() {
-                Feed::Whole => format!("persistent kernel ({} blocks)", p.blocks()),
-                Feed::Single => format!(
-                    "persistent kernel ({} blocks, one batch buffer refilled after dW1)",
-                    p.blocks()
-                ),
-                Feed::Streamed { stages } => format!(
-                    "persistent kernel ({} blocks, the batch streamed in {CHUNK}-input chunks through {stages} stages)",
-                    p.blocks()
-                ),
-            },
+            Engine::Persistent(p) => format!(
+                "persistent kernel ({} blocks{})",
+                p.blocks(),
+                p.feed().describe()
+            ),
             Engine::Layered(Layered {
                 why_not_persistent: Some(why),
                 ..
