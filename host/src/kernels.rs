@@ -32,11 +32,13 @@ kernels! {
     SPLITK_REDUCE = "splitk_reduce", sm 75;
     BIAS_ACT_F16 = "bias_act_f16", sm 75;
     /// The persistent kernel, one per accumulator and way of feeding the batch (two whole
-    /// buffers, one, or streamed in chunks), and its shuffle.
+    /// buffers, one of half or a quarter of the batch, or streamed in chunks), and its shuffle.
     PERSISTENT_F16 = "mlp1_persistent_f16", sm 80;
     PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
     PERSISTENT_SINGLE_F16 = "mlp1_persistent_single_f16", sm 80;
     PERSISTENT_SINGLE_F32 = "mlp1_persistent_single_f32", sm 80;
+    PERSISTENT_SINGLE4_F16 = "mlp1_persistent_single4_f16", sm 80;
+    PERSISTENT_SINGLE4_F32 = "mlp1_persistent_single4_f32", sm 80;
     PERSISTENT_STREAMED_F16 = "mlp1_persistent_streamed_f16", sm 75;
     PERSISTENT_STREAMED_F32 = "mlp1_persistent_streamed_f32", sm 75;
     PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
@@ -136,6 +138,8 @@ mod tests {
             block::<Params>(PERSISTENT_F32),
             block::<Params>(PERSISTENT_SINGLE_F16),
             block::<Params>(PERSISTENT_SINGLE_F32),
+            block::<Params>(PERSISTENT_SINGLE4_F16),
+            block::<Params>(PERSISTENT_SINGLE4_F32),
             block::<Params>(PERSISTENT_STREAMED_F16),
             block::<Params>(PERSISTENT_STREAMED_F32),
         ];

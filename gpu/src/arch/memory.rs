@@ -25,6 +25,20 @@ pub fn ld_global_cg_u32(p: *const u32) -> u32 {
     v
 }
 
+/// [`ld_global_cg_u32`] where `load` holds, else `or`: a predicated load, so code around it
+/// stays branch-free.
+#[inline(always)]
+pub fn ld_global_cg_u32_if(p: *const u32, load: bool, or: u32) -> u32 {
+    let mut v = or;
+    unsafe {
+        asm!("{{", ".reg .pred %p;", "setp.ne.u32 %p, {c}, 0;",
+             "@%p ld.global.cg.u32 {v}, [{p}];", "}}",
+             v = inout(reg32) v, c = in(reg32) load as u32, p = in(reg64) p,
+             options(readonly, nostack));
+    }
+    v
+}
+
 #[inline(always)]
 pub fn ld_global_cg_i64(p: *const i64) -> i64 {
     let v: i64;

@@ -111,9 +111,9 @@ pub trait Acc: Copy {
     fn pairs(&self) -> [u32; 2];
     /// Adds another accumulator of the same tile, in the accumulator's precision.
     fn add(&mut self, other: &Self);
-    /// The sum of two fp16 pairs (two shares of a gradient) in the accumulator's precision,
-    /// as f32.
-    fn add_pairs(a: u32, b: u32) -> [f32; 2];
+    /// The sum of `n` fp16 pairs `pair(0), pair(1), …` (the shares of a gradient), added in
+    /// that order in the accumulator's precision, as f32.
+    fn sum_pairs(n: usize, pair: impl Fn(usize) -> u32) -> [f32; 2];
 }
 
 impl Acc for [u32; 2] {
@@ -146,8 +146,9 @@ impl Acc for [u32; 2] {
         }
     }
     #[inline(always)]
-    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
-        let (lo, hi) = unpack_h2(add_h2(a, b));
+    fn sum_pairs(n: usize, pair: impl Fn(usize) -> u32) -> [f32; 2] {
+        let sum = (1..n).fold(pair(0), |sum, q| add_h2(sum, pair(q)));
+        let (lo, hi) = unpack_h2(sum);
         [lo, hi]
     }
 }
@@ -182,9 +183,12 @@ impl Acc for [f32; 4] {
         }
     }
     #[inline(always)]
-    fn add_pairs(a: u32, b: u32) -> [f32; 2] {
-        let ((a0, a1), (b0, b1)) = (unpack_h2(a), unpack_h2(b));
-        [a0 + b0, a1 + b1]
+    fn sum_pairs(n: usize, pair: impl Fn(usize) -> u32) -> [f32; 2] {
+        let (lo, hi) = unpack_h2(pair(0));
+        (1..n).fold([lo, hi], |[lo, hi], q| {
+            let (a, b) = unpack_h2(pair(q));
+            [lo + a, hi + b]
+        })
     }
 }
 

@@ -61,16 +61,19 @@ pub fn bias_share(b: &Block, out: &Outbox) -> f32 {
     db1
 }
 
-/// B fragments of `k`-steps 0..rows/16 of an fp16 `[rows][UNITS]` tile in shared memory
-/// (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming row l.
+/// B fragments of `k`-steps 0..rows/16 (`T` at most) of an fp16 `[rows][UNITS]` tile in
+/// shared memory (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming
+/// row l (the tile has rows up to a multiple of 32, zeros past the block's).
 #[inline(always)]
-fn unit_frags(b: &Block, tile: u32) -> [[u32; 2]; TILES] {
-    let mut bf = [[0u32; 2]; TILES];
-    for pair in 0..TILES / 2 {
+fn unit_frags<const T: usize>(b: &Block, tile: u32) -> [[u32; 2]; T] {
+    let mut bf = [[0u32; 2]; T];
+    for pair in 0..T.div_ceil(2) {
         if 32 * pair < b.rows() {
             let r = ldmatrix_x4_trans(tile + ((32 * pair + b.lane) * UNITS * 2) as u32);
             bf[2 * pair] = [r[0], r[1]];
-            bf[2 * pair + 1] = [r[2], r[3]];
+            if 2 * pair + 1 < T {
+                bf[2 * pair + 1] = [r[2], r[3]];
+            }
         }
     }
     bf
@@ -79,15 +82,15 @@ fn unit_frags(b: &Block, tile: u32) -> [[u32; 2]; TILES] {
 /// The output warp's dW2 = dlogitsᵀ·H and db2 (its column sums) over the block's rows, sent
 /// to the partner and kept in [`Block::own`] for the update.
 #[inline(always)]
-pub fn output_grads(b: &Block, out: &Outbox) {
+pub fn output_grads<const T: usize>(b: &Block, out: &Outbox) {
     if b.warp != OUTPUT_WARP {
         return;
     }
     let l = b.lane;
     let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
-    let hb = unit_frags(b, b.h());
+    let hb = unit_frags::<T>(b, b.h());
     let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
-    for ks in 0..TILES {
+    for ks in 0..T {
         if ks < b.rows() / 16 {
             let a = ldmatrix_x4_trans(b.dl() + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32);
             dw.mma_k16(a, hb[ks]);
@@ -107,18 +110,18 @@ pub fn output_grads(b: &Block, out: &Outbox) {
 /// MNIST's 49 tiles, warps 1-7 have six) run a copy of the loop without the last, rather than
 /// computing a tile to discard.
 #[inline(always)]
-pub fn input_grads<A: Acc, const STREAM: bool>(
+pub fn input_grads<A: Acc, const STREAM: bool, const T: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
 ) -> [A; TILES_PER_WARP] {
-    let bf = unit_frags(b, b.dh());
+    let bf = unit_frags::<T>(b, b.dh());
     if STREAM {
         dw1_chunks(b, ring, &bf)
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
-        dw1_tiles::<A, TILES_PER_WARP>(b, s, &bf)
+        dw1_tiles::<A, TILES_PER_WARP, T>(b, s, &bf)
     } else {
-        dw1_tiles::<A, { TILES_PER_WARP - 1 }>(b, s, &bf)
+        dw1_tiles::<A, { TILES_PER_WARP - 1 }, T>(b, s, &bf)
     }
 }
 
@@ -126,16 +129,16 @@ pub fn input_grads<A: Acc, const STREAM: bool>(
 /// past the last tile repeats it, branch-free: a branch per tile serialises each load and its
 /// `mma`.
 #[inline(always)]
-fn dw1_tiles<A: Acc, const N: usize>(
+fn dw1_tiles<A: Acc, const N: usize, const T: usize>(
     b: &Block,
     s: &Step,
-    bf: &[[u32; 2]; TILES],
+    bf: &[[u32; 2]; T],
 ) -> [A; TILES_PER_WARP] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_at =
         |ks: usize, mt: usize| s.x + ((16 * ks + kk) * b.lay.stride + (16 * mt + mm) * 2) as u32;
     let mut acc = [A::ZERO; TILES_PER_WARP];
-    for ks in 0..TILES {
+    for ks in 0..T {
         if ks < b.rows() / 16 {
             for i in 0..N {
                 let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
@@ -149,7 +152,11 @@ fn dw1_tiles<A: Acc, const N: usize>(
 /// [`dw1_tiles`] over the streamed batch: chunk `c` holds tile `w + WARPS·c` of each warp `w`,
 /// whose product is complete within the chunk. Every thread calls it (the ring's barriers).
 #[inline(always)]
-fn dw1_chunks<A: Acc>(b: &Block, ring: &mut Ring, bf: &[[u32; 2]; TILES]) -> [A; TILES_PER_WARP] {
+fn dw1_chunks<A: Acc, const T: usize>(
+    b: &Block,
+    ring: &mut Ring,
+    bf: &[[u32; 2]; T],
+) -> [A; TILES_PER_WARP] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_off = (kk * CHUNK_STRIDE + (16 * b.warp + mm) * 2) as u32;
     let mut acc = [A::ZERO; TILES_PER_WARP];
@@ -157,7 +164,7 @@ fn dw1_chunks<A: Acc>(b: &Block, ring: &mut Ring, bf: &[[u32; 2]; TILES]) -> [A;
         if c < chunks(b) {
             let x = ring.next(b) + a_off;
             if b.warp + WARPS * c < b.ktiles {
-                for ks in 0..TILES {
+                for ks in 0..T {
                     if ks < b.rows() / 16 {
                         let a = ldmatrix_x4_trans(x + (16 * ks * CHUNK_STRIDE) as u32);
                         acc[c].mma_k16(a, bf[ks]);

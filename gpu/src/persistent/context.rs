@@ -4,8 +4,9 @@ use super::*;
 use crate::arch::*;
 use core::ptr::addr_of_mut;
 
-/// One block of the persistent kernel. Block `2s + h` owns slice `s` of the hidden units (8
-/// of them, from `j0`) for part `h` of the batch (rows `r0..r0 + mine`, possibly none).
+/// One block of the persistent kernel. Block `P·s + h` owns slice `s` of the hidden units (8
+/// of them, from `j0`) for part `h` of the `P` parts of the batch (rows `r0..r0 + mine`,
+/// possibly none).
 #[derive(Clone, Copy)]
 pub struct Block {
     pub args: Params,
@@ -28,22 +29,23 @@ pub struct Block {
     pub ktiles: usize,
     /// Elements of one step's slot of the logits buffer.
     pub slot: usize,
-    /// The partner block's rank in the cluster (Hopper builds; 0 elsewhere).
+    /// The partner block's rank in the cluster (on Hopper, of a pair; 0 elsewhere).
     pub peer: u32,
 }
 
 impl Block {
     #[inline(always)]
-    pub fn new<const STREAM: bool, const SINGLE: bool>(args: Params) -> Block {
-        let (batch, dim) = (args.batch as usize, args.dim as usize);
+    /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most.
+    pub fn new<const STREAM: bool, const SINGLE: bool, const T: usize>(args: Params) -> Block {
+        let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
         let lay = if STREAM {
             Smem::streamed(batch, dim, args.stages as usize)
         } else {
-            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 })
+            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 }, parts)
         };
         let base = dynamic_shared::<u8>();
         let blk = block_x();
-        let (slice, part) = (blk / PARTS as u32, blk as usize % PARTS);
+        let (slice, part) = (blk / parts as u32, blk as usize % parts);
         let r0 = part * lay.rows;
         Block {
             args,
@@ -64,7 +66,11 @@ impl Block {
             ktiles: (args.dim / 16) as usize,
             slot: logits_slot(args.batch as usize, args.classes as usize),
             // With the host's clusters of two or four blocks, the partner is the neighbour.
-            peer: if HOPPER { cluster_rank() ^ 1 } else { 0 },
+            peer: if HOPPER && parts == PAIR {
+                cluster_rank() ^ 1
+            } else {
+                0
+            },
         }
     }
 

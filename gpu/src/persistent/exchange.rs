@@ -1,17 +1,16 @@
-//! The two blocks of a slice exchange their shares of the gradients (each holds its half of
-//! the batch's), so that both add the same two shares (IEEE addition is commutative) and take
-//! the same SGD step. Words go in fragment order, so both the writes and the reads coalesce:
-//! dW1 as fp16 pairs (`[tile][lane][pair]`: a lane's two pairs are one message, a warp's
-//! 256 bytes contiguous), then f32 words of dW2 and db2 (`[lane][element]` each: a lane's four
-//! words are one message), then db1.
-//! - On Hopper the pair is a thread-block cluster: the shares go straight into the partner's
-//!   shared memory as `st.async` messages, which its `mbarrier` counts until all have arrived
-//!   (dW1 into the partner's fp16 W1 copy, which is free from its forward until its update;
-//!   the rest into its [`Smem::xch`]).
-//! - Elsewhere they go to the block's area of the global exchange buffer, and the pair meets
-//!   at a counter there.
+//! The blocks of a slice exchange their shares of the gradients (each holds its part of the
+//! batch's), so that every one adds the same shares in the same order (part 0's first) and
+//! takes the same SGD step. Words go in fragment order, so both the writes and the reads
+//! coalesce: dW1 as fp16 pairs (`[tile][lane][pair]`: a lane's two pairs are one message, a
+//! warp's 256 bytes contiguous), then f32 words of dW2 and db2 (`[lane][element]` each: a
+//! lane's four words are one message), then db1.
+//! - On Hopper the two blocks of a pair are a thread-block cluster: the shares go straight into
+//!   the partner's shared memory as `st.async` messages, which its `mbarrier` counts until all
+//!   have arrived (dW1 into the partner's fp16 W1 copy, which is free from its forward until
+//!   its update; the rest into its [`Smem::xch`]).
+//! - Elsewhere, and for more than two parts, they go to the block's area of the global
+//!   exchange buffer, and the slice's blocks meet at a counter there.
 use super::context::{Block, Step};
-use super::update;
 use super::*;
 use crate::arch::*;
 
@@ -40,8 +39,8 @@ fn share_bytes(b: &Block) -> u32 {
 /// makes the init a uniform (warp-wide) instruction, which racecheck reports against thread
 /// 0's arrive on the same mbarrier. Each step's shares are then counted there.
 #[inline(always)]
-pub fn open(b: &Block) {
-    if HOPPER {
+pub fn open<const T: usize>(b: &Block) {
+    if in_cluster(T) {
         if b.tid == 0 {
             mbar_init(b.mbar(2), 1);
         }
@@ -59,8 +58,17 @@ fn expect_shares(b: &Block) {
     mbar_expect(b.mbar(2), share_bytes(b));
 }
 
+/// Whether the blocks of a slice, `T` 16-row tiles of the batch each, exchange their shares
+/// within a cluster: on Hopper, the two of a pair. More parts exchange through global memory
+/// there too.
+const fn in_cluster(tiles: usize) -> bool {
+    HOPPER && parts(tiles) == PAIR
+}
+
 /// Where this block's shares go.
 pub struct Outbox {
+    /// Whether they go to the partner in the cluster ([`in_cluster`]).
+    cluster: bool,
     /// On Hopper the partner's share mbarrier; elsewhere the block's exchange area.
     partner_bar: u32,
     area: *mut u32,
@@ -68,16 +76,17 @@ pub struct Outbox {
 
 impl Outbox {
     #[inline(always)]
-    pub fn new(b: &Block) -> Outbox {
+    pub fn new<const T: usize>(b: &Block) -> Outbox {
         let exchange = b.args.exchange as *mut u32;
         Outbox {
-            partner_bar: if HOPPER {
+            cluster: in_cluster(T),
+            partner_bar: if in_cluster(T) {
                 peer_addr(b.mbar(2), b.peer)
             } else {
                 0
             },
-            // Exchange areas exist only off Hopper (the host allocates none there): wrapping
-            // arithmetic, since the address is formed but never used there.
+            // Exchange areas exist only where the slice has no cluster (the host allocates none
+            // otherwise): wrapping arithmetic, since the address is formed but never used there.
             area: opaque_ptr(exchange.wrapping_add(b.blk as usize * EXCHANGE)),
         }
     }
@@ -85,7 +94,7 @@ impl Outbox {
     /// Word `j` of the small shares.
     #[inline(always)]
     pub fn small(&self, b: &Block, j: usize, v: f32) {
-        if HOPPER {
+        if self.cluster {
             let to = peer_addr(b.xch() + 4 * j as u32, b.peer);
             st_async_u32(to, v.to_bits(), self.partner_bar);
         } else {
@@ -93,10 +102,10 @@ impl Outbox {
         }
     }
 
-    /// Words `j..j + 4` of the small shares, as one message on Hopper.
+    /// Words `j..j + 4` of the small shares, as one message within a cluster.
     #[inline(always)]
     pub fn small4(&self, b: &Block, j: usize, v: [f32; 4]) {
-        if HOPPER {
+        if self.cluster {
             let to = peer_addr(b.xch() + 4 * j as u32, b.peer);
             st_async_v4(to, v.map(f32::to_bits), self.partner_bar);
         } else {
@@ -113,7 +122,7 @@ impl Outbox {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
                 let pairs = dw1[i].pairs();
-                if HOPPER {
+                if self.cluster {
                     let to = peer_addr(b.w1() + 4 * dw1_word(b, mt, 0) as u32, b.peer);
                     st_async_v2(to, pairs, self.partner_bar);
                 } else {
@@ -126,69 +135,113 @@ impl Outbox {
     }
 }
 
-/// The partner's shares, as this thread needs them for the update.
-pub struct Theirs {
-    /// The pairs of the thread's dW1 elements, as [`Outbox::send_dw1`] sent them.
-    pub dw1: [[u32; 2]; TILES_PER_WARP],
-    /// The words of dW2 and db2 of the thread's [`update::w2_element`], db1's entry `tid`.
+/// The slice's gradients as this thread updates them: every block's share, summed in part
+/// order, so the blocks of a slice get the same sums.
+pub struct Sums {
+    /// The thread's dW1 elements of each of its tiles, in fragment order (as
+    /// [`Acc::pairs`] packs them).
+    pub dw1: [[f32; 4]; TILES_PER_WARP],
+    /// dW2's and db2's elements of the thread's [`update::w2_element`], db1's entry `tid`.
     pub dw2: f32,
     pub db2: f32,
     pub db1: f32,
 }
 
-/// Waits for the partner's shares and loads them, all requested before any is used. On Hopper
-/// they have all arrived once their bytes have (no barrier of the pair: the grid barrier
+/// Waits for the other blocks' shares and sums them with this block's (`dw1`, `db1` and
+/// [`Block::own`]), all loads requested before any sum needs them. Within a cluster the
+/// partner's have all arrived once their bytes have (no barrier of the pair: the grid barrier
 /// already orders the reuse of the buffers), and the next step's are announced at once; then a
 /// block barrier, after which the update may overwrite the dW1 shares (in W1's copy) and the
-/// output warp's own shares ([`Block::own`]) are visible to the threads that update W2.
+/// output warp's own shares are visible to the threads that update W2. Elsewhere the slice's
+/// counter barrier holds those block barriers. `freed` runs as soon as a block barrier shows
+/// every warp past dW1: the batch buffer is free.
 #[inline(always)]
-pub fn receive(b: &Block, s: &Step) -> Theirs {
-    let area = b.args.exchange as *mut u32;
-    let area = opaque_ptr(area.wrapping_add((b.blk ^ 1) as usize * EXCHANGE));
-    if HOPPER {
+pub fn receive<A: Acc, const T: usize>(
+    b: &Block,
+    s: &Step,
+    (dw1, db1): (&[A; TILES_PER_WARP], f32),
+    freed: impl Fn(),
+) -> Sums {
+    let parts = parts(T);
+    let exchange = b.args.exchange as *mut u32;
+    let first = b.slice as usize * parts;
+    let area = |q: usize| opaque_ptr(exchange.wrapping_add((first + q) * EXCHANGE)) as *const u32;
+    if in_cluster(T) {
         mbar_wait::<true>(b.mbar(2), s.k % 2);
         if b.tid == 0 && s.has_next(b.args.steps) {
             expect_shares(b);
         }
     } else {
-        let pair_count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
-        grid_barrier(pair_count, PARTS as u32 * (s.k + 1), sync_threads);
+        let count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
+        grid_barrier(count, parts as u32 * (s.k + 1), sync_threads);
     }
-    let global = |i: usize| ld_global_cg_u32(unsafe { area.add(i) });
-    let small = |j: usize| {
-        f32::from_bits(if HOPPER {
-            ld_shared_u32(b.xch() + 4 * j as u32)
+    // Word `i` of part `q`'s shares, where this block's is `own`: the others' in the exchange
+    // area or, within a cluster, the partner's in this block's shared memory at `shared`. No
+    // load is under a branch, so that the loads of a sum are all in flight before it waits.
+    let word = |q: usize, i: usize, own: u32, shared: u32| {
+        if in_cluster(T) {
+            let theirs = ld_shared_u32(shared);
+            if q == b.part { own } else { theirs }
         } else {
-            global(SMALL_AT + j)
+            ld_global_cg_u32_if(area(q).wrapping_add(i), q != b.part, own)
+        }
+    };
+    // The small words of the thread's update (dW2's and db2's of its W2 element, db1's entry),
+    // this block's after the barrier above, of every part. From global memory they are
+    // requested before dW1's sums wait for theirs; within a cluster, after the block barrier
+    // that lets this block's own be read.
+    let small_words = [b.tid % 128, 128 + b.tid % 128, DB1_AT + b.tid % UNITS];
+    let small_of = |q: usize| {
+        let own = b.own();
+        let mine = unsafe { [*own.add(small_words[0]), *own.add(small_words[1]), db1] };
+        core::array::from_fn(|e| {
+            let j = small_words[e];
+            word(q, SMALL_AT + j, mine[e].to_bits(), b.xch() + 4 * j as u32)
         })
     };
-    let mut theirs = Theirs {
-        dw1: [[0u32; 2]; TILES_PER_WARP],
+    let mut small = [[0u32; 3]; MAX_PARTS];
+    if !in_cluster(T) {
+        for q in 0..parts {
+            small[q] = small_of(q);
+        }
+    }
+    // dW1's words of every part, all requested before the batch copy (`freed`, from global
+    // memory) is issued, which would otherwise delay them; held until summed.
+    let mut words = [[[0u32; 2]; TILES_PER_WARP]; MAX_PARTS];
+    for q in 0..parts {
+        words[q] = core::array::from_fn(|i| {
+            // A warp past its last tile repeats it, branch-free (the update skips those sums).
+            let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
+            core::array::from_fn(|p| {
+                let j = dw1_word(b, mt, p);
+                word(q, j, dw1[i].pairs()[p], b.w1() + 4 * j as u32)
+            })
+        });
+    }
+    if !in_cluster(T) {
+        freed();
+    }
+    let mut sums = Sums {
+        dw1: [[0.0; 4]; TILES_PER_WARP],
         dw2: 0.0,
         db2: 0.0,
         db1: 0.0,
     };
     for i in 0..TILES_PER_WARP {
-        let mt = b.warp + WARPS * i;
-        if mt < b.ktiles {
-            for p in 0..2 {
-                theirs.dw1[i][p] = if HOPPER {
-                    ld_shared_u32(b.w1() + 4 * dw1_word(b, mt, p) as u32)
-                } else {
-                    global(dw1_word(b, mt, p))
-                };
-            }
+        for p in 0..2 {
+            let g = A::sum_pairs(parts, |q| words[q][i][p]);
+            sums.dw1[i][2 * p] = g[0];
+            sums.dw1[i][2 * p + 1] = g[1];
         }
     }
-    if HOPPER {
+    if in_cluster(T) {
         sync_threads();
+        freed();
+        for q in 0..PAIR {
+            small[q] = small_of(q);
+        }
     }
-    if let Some((j, _)) = update::w2_element(b) {
-        theirs.dw2 = small(j);
-        theirs.db2 = small(128 + j);
-    }
-    if b.tid < UNITS {
-        theirs.db1 = small(DB1_AT + b.tid);
-    }
-    theirs
+    let sum = |e: usize| (0..parts).fold(0.0, |s, q| s + f32::from_bits(small[q][e]));
+    (sums.dw2, sums.db2, sums.db1) = (sum(0), sum(1), sum(2));
+    sums
 }

@@ -24,13 +24,18 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
 }
 
 /// The tile warp's H fragment (zeros from other warps), after storing it fp16 in shared memory.
-/// The streamed kernels read the batch from `ring`.
+/// The streamed kernels read the batch from `ring`. A block has `T` 16-row tiles at most.
 #[inline(always)]
-pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) -> [f32; 4] {
+pub fn hidden<A: Acc, const STREAM: bool, const T: usize>(
+    b: &Block,
+    s: &Step,
+    ring: &mut Ring,
+) -> [f32; 4] {
     // The one-buffer kernel (STREAM false) splits as the streamed ones do.
     const {
-        assert!(forward_warps::<A, false>() * TILES * 32 * size_of::<A>() <= PARTIALS);
-        assert!(forward_warps::<A, true>() * TILES * 32 * size_of::<A>() <= PARTIALS);
+        assert!(forward_warps::<A, false>() * MAX_TILES * 32 * size_of::<A>() <= PARTIALS);
+        assert!(forward_warps::<A, true>() * MAX_TILES * 32 * size_of::<A>() <= PARTIALS);
+        assert!(T <= MAX_TILES);
     };
     // With one whole-batch buffer no warp loads during the forward either.
     let fwd = if b.single() {
@@ -40,17 +45,17 @@ pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) 
     };
     if STREAM {
         // Every thread takes part in the ring, rows or not.
-        let acc = k_chunks::<A>(b, ring, fwd);
+        let acc = k_chunks::<A, T>(b, ring, fwd);
         if b.warp < fwd {
-            for m in 0..TILES {
+            for m in 0..T {
                 st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
             }
         }
         sync_threads();
     } else if b.mine > 0 {
         if b.warp < fwd {
-            let acc = k_split::<A>(b, s, fwd);
-            for m in 0..TILES {
+            let acc = k_split::<A, T>(b, s, fwd);
+            for m in 0..T {
                 st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
             }
         }
@@ -79,14 +84,14 @@ pub fn hidden<A: Acc, const STREAM: bool>(b: &Block, s: &Step, ring: &mut Ring) 
 
 /// The warp's partial products of every tile over its k-steps.
 #[inline(always)]
-fn k_split<A: Acc>(b: &Block, s: &Step, fwd: usize) -> [A; TILES] {
+fn k_split<A: Acc, const T: usize>(b: &Block, s: &Step, fwd: usize) -> [A; T] {
     let (ktiles, l, stride) = (b.ktiles, b.lane, b.lay.stride);
     let tiles = b.rows() / 16;
-    let mut acc = [A::ZERO; TILES];
+    let mut acc = [A::ZERO; T];
     let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
     let a0 = s.x + (mm * stride + 2 * kk) as u32;
     // Tiles past the block's last repeat it, branch-free (their sums are not used).
-    let a_at: [u32; TILES] = core::array::from_fn(|m| a0 + (16 * m.min(tiles - 1) * stride) as u32);
+    let a_at: [u32; T] = core::array::from_fn(|m| a0 + (16 * m.min(tiles - 1) * stride) as u32);
     let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
     let frag = |ks: usize| {
         (
@@ -104,7 +109,7 @@ fn k_split<A: Acc>(b: &Block, s: &Step, fwd: usize) -> [A; TILES] {
             if ks < ktiles {
                 next = frag(ks);
             }
-            for m in 0..TILES {
+            for m in 0..T {
                 acc[m].mma_k16(a[m], bf);
             }
         }
@@ -116,12 +121,12 @@ fn k_split<A: Acc>(b: &Block, s: &Step, fwd: usize) -> [A; TILES] {
 /// takes `8c + w` (and `8c + w + 4` where four warps split K). Every thread calls it (the ring's
 /// barriers); only the forward's warps compute.
 #[inline(always)]
-fn k_chunks<A: Acc>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; TILES] {
+fn k_chunks<A: Acc, const T: usize>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; T] {
     let (ktiles, l) = (b.ktiles, b.lane);
     let tiles = b.rows() / 16;
-    let mut acc = [A::ZERO; TILES];
+    let mut acc = [A::ZERO; T];
     let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
-    let a_off: [u32; TILES] =
+    let a_off: [u32; T] =
         core::array::from_fn(|m| ((16 * m.min(tiles - 1) + mm) * CHUNK_STRIDE + 2 * kk) as u32);
     let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
     for c in 0..chunks(b) {
@@ -133,7 +138,7 @@ fn k_chunks<A: Acc>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; TILES] {
                 if ks < ktiles {
                     let bf = ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32);
                     let a = a_off.map(|o| ldmatrix_x4(x + o + 32 * local as u32));
-                    for m in 0..TILES {
+                    for m in 0..T {
                         acc[m].mma_k16(a[m], bf);
                     }
                 }
@@ -146,7 +151,7 @@ fn k_chunks<A: Acc>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; TILES] {
 /// Where forward warp `from` leaves its partial sums of tile `m`: `[warp][tile][lane]`.
 #[inline(always)]
 fn partial<A: Acc>(b: &Block, from: usize, m: usize) -> u32 {
-    b.at(b.lay.partials + ((from * TILES + m) * 32 + b.lane) * size_of::<A>())
+    b.at(b.lay.partials + ((from * MAX_TILES + m) * 32 + b.lane) * size_of::<A>())
 }
 
 /// Tile `warp`'s sum over every forward warp's partials, pairwise in warp order, so runs

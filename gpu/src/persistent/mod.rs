@@ -25,7 +25,9 @@
 //! Splitting the batch halves the shared memory a block needs for it, which on Hopper leaves
 //! room for a second buffer: the copy of the next batch (the step's largest transfer) overlaps
 //! the step instead of preceding its forward. With room for one buffer (an A100), the next batch
-//! refills it during the exchange and the update. The epoch's rows are shuffled before it by a
+//! refills it during the exchange and the update; with room for a quarter (99 KiB), the
+//! one-buffer kernel splits the batch in four parts (four blocks a slice, summing their shares
+//! in part order through global memory). The epoch's rows are shuffled before it by a
 //! kernel of their own, in step order and each with its label, so a block's rows of a step are
 //! one run of memory. Within a block, the forward's product splits the input over the warps
 //! (all eight with fp16 accumulators where no warp fetches meanwhile: on Hopper, whose copy
@@ -64,18 +66,29 @@ pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
 /// 16-wide tiles of dW1ᵀ (along the input) per warp.
 const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
-/// 16-row tiles of a block's rows of the batch, at most.
-const TILES: usize = MAX_BATCH / PARTS / 16;
+/// 16-row tiles of a block's rows of the batch, at most: with the batch in two parts.
+const MAX_TILES: usize = tiles(PAIR);
 /// Bytes of the forward's partial sums: a fragment of fp16 accumulators per warp, tile and
 /// lane (fp32 ones take twice the bytes: half the warps then split the forward).
-const PARTIALS: usize = WARPS * TILES * 32 * 8;
+const PARTIALS: usize = WARPS * MAX_TILES * 32 * 8;
 const _: () = assert!(
     WARPS * TILES_PER_WARP * 16 == MAX_DIM,
     "the warps' tiles cover MAX_DIM"
 );
 
-/// Blocks per slice of hidden units: the batch is split in this many parts.
-pub const PARTS: usize = 2;
+/// Blocks per slice of hidden units, each holding one part of the batch of `tiles` 16-row
+/// tiles at most: two, or four where one buffer of half the batch does not fit a block.
+pub const fn parts(tiles: usize) -> usize {
+    MAX_BATCH / 16 / tiles
+}
+/// 16-row tiles of a block's part of the batch at most, with the batch in `parts` parts.
+pub const fn tiles(parts: usize) -> usize {
+    MAX_BATCH / 16 / parts
+}
+/// The parts of the two-buffer and streamed kernels.
+pub const PAIR: usize = 2;
+/// Parts at most: the one-buffer kernels' quarters of the batch.
+pub const MAX_PARTS: usize = 4;
 
 /// Inputs per chunk of the streamed kernels: one 16-wide tile of dW1ᵀ per warp, so chunk `c`
 /// holds tile `w + WARPS·c` of each warp `w`, the tiles whose W1 elements the warp keeps in
@@ -220,14 +233,15 @@ mod kernel {
 
     /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
     /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`, sm_80+),
-    /// two of them or (`SINGLE`) one.
+    /// two of them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so
+    /// a slice has [`parts`]`(T)` blocks.
     #[inline(always)]
-    unsafe fn train<A: Acc, const STREAM: bool, const SINGLE: bool>(args: Params) {
-        let block = Block::new::<STREAM, SINGLE>(args);
+    unsafe fn train<A: Acc, const STREAM: bool, const SINGLE: bool, const T: usize>(args: Params) {
+        let block = Block::new::<STREAM, SINGLE, T>(args);
         let mut w1 = W1::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
-        exchange::open(&block);
+        exchange::open::<T>(&block);
         let mut ring = Ring::start::<STREAM>(&block);
         #[cfg(target_feature = "sm_80")]
         if !STREAM {
@@ -240,27 +254,28 @@ mod kernel {
             if !STREAM {
                 fetch::wait(&b, &s);
             }
-            let h = forward::hidden::<A, STREAM>(&b, &s, &mut ring);
+            let h = forward::hidden::<A, STREAM, T>(&b, &s, &mut ring);
             logits::add_partials(&b, &s, &h);
             #[cfg(target_feature = "sm_80")]
             if !HOPPER && !STREAM {
                 fetch::load_next(&b, &s);
             }
             logits::exchange(&b, &s);
-            softmax::cross_entropy::<STREAM>(&b, &s);
+            softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
             backward::hidden_grad(&b, &h);
             softmax::record_loss(&b, &s);
-            let out = Outbox::new(&b);
+            let out = Outbox::new::<T>(&b);
             let db1 = backward::bias_share(&b, &out);
-            backward::output_grads(&b, &out);
-            let dw1 = backward::input_grads::<A, STREAM>(&b, &s, &mut ring);
+            backward::output_grads::<T>(&b, &out);
+            let dw1 = backward::input_grads::<A, STREAM, T>(&b, &s, &mut ring);
             out.send_dw1(&b, &dw1);
-            let theirs = exchange::receive(&b, &s);
-            #[cfg(target_feature = "sm_80")]
-            if !STREAM {
-                fetch::after_dw1(&b, &s);
-            }
-            update::sgd_step(&b, &mut w1, &dw1, db1, &theirs);
+            let sums = exchange::receive::<A, T>(&b, &s, (&dw1, db1), || {
+                #[cfg(target_feature = "sm_80")]
+                if !STREAM {
+                    fetch::after_dw1(&b, &s);
+                }
+            });
+            update::sgd_step(&b, &mut w1, &sums);
             sync_threads();
         }
         // One block of each slice writes the parameters back.
@@ -271,23 +286,28 @@ mod kernel {
     }
 
     macro_rules! export {
-        ($name:literal, $acc:ty, $stream:literal, $single:literal) => {
+        ($name:literal, $acc:ty, $stream:literal, $single:literal, $parts:literal) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
-                    unsafe { train::<$acc, $stream, $single>(args) }
+                    const T: usize = tiles($parts);
+                    unsafe { train::<$acc, $stream, $single, T>(args) }
                 }
             };
         };
     }
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f16", [u32; 2], false, false);
+    export!("mlp1_persistent_f16", [u32; 2], false, false, 2);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f32", [f32; 4], false, false);
+    export!("mlp1_persistent_f32", [f32; 4], false, false, 2);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single_f16", [u32; 2], false, true);
+    export!("mlp1_persistent_single_f16", [u32; 2], false, true, 2);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single_f32", [f32; 4], false, true);
-    export!("mlp1_persistent_streamed_f16", [u32; 2], true, false);
-    export!("mlp1_persistent_streamed_f32", [f32; 4], true, false);
+    export!("mlp1_persistent_single_f32", [f32; 4], false, true, 2);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4);
+    #[cfg(target_feature = "sm_80")]
+    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4);
+    export!("mlp1_persistent_streamed_f16", [u32; 2], true, false, 2);
+    export!("mlp1_persistent_streamed_f32", [f32; 4], true, false, 2);
 }

@@ -26,8 +26,8 @@ pub struct SmallParams {
 /// sizes the launch with it, the kernel finds its buffers with it.
 #[derive(Clone, Copy, Debug)]
 pub struct Smem {
-    /// Rows of the batch per block (half the batch, rounded up to the 16 of an `mma` tile);
-    /// the rows a block does not fill hold zeros.
+    /// Rows of the batch per block (its part of the batch, rounded up to the 16 of an `mma`
+    /// tile); the rows a block does not fill hold zeros.
     pub rows: usize,
     /// Bytes per row of the batch: an odd number of 16-byte pieces, so the eight rows one
     /// `ldmatrix` phase reads fall in eight different bank groups. That is always the features
@@ -79,25 +79,28 @@ pub struct Smem {
 pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
 
 impl Smem {
-    /// The layout with `buffers` buffers of whole rows: two (the next batch arrives in one
-    /// while the step reads the other), or one (refilled after dW1).
-    pub const fn whole(batch: usize, dim: usize, buffers: usize) -> Smem {
-        Smem::with_buffers(batch, dim, buffers, row_stride(dim), false)
+    /// The layout with `buffers` buffers of whole rows of one of `parts` parts of the batch:
+    /// two (the next batch arrives in one while the step reads the other), or one (refilled
+    /// after dW1).
+    pub const fn whole(batch: usize, dim: usize, buffers: usize, parts: usize) -> Smem {
+        Smem::with_buffers(batch.div_ceil(parts), dim, buffers, row_stride(dim), false)
     }
 
-    /// The streamed kernels' layout, with a ring of `stages` chunk buffers.
+    /// The streamed kernels' layout, with a ring of `stages` chunk buffers (the batch in two
+    /// parts).
     pub const fn streamed(batch: usize, dim: usize, stages: usize) -> Smem {
-        Smem::with_buffers(batch, dim, stages, CHUNK_STRIDE, true)
+        Smem::with_buffers(batch.div_ceil(PAIR), dim, stages, CHUNK_STRIDE, true)
     }
 
+    /// The layout for a block's `part` rows of the batch.
     const fn with_buffers(
-        batch: usize,
+        part: usize,
         dim: usize,
         buffers: usize,
         buffer_row: usize,
         streamed: bool,
     ) -> Smem {
-        let rows = batch.div_ceil(PARTS).div_ceil(16) * 16;
+        let rows = part.div_ceil(16) * 16;
         let rows32 = rows.div_ceil(32) * 32;
         let stride = row_stride(dim);
         let x = 0;
@@ -152,10 +155,11 @@ mod tests {
             (127, 896),
             (64, 32),
         ] {
-            for m in [
-                Smem::whole(batch, dim, 2),
-                Smem::whole(batch, dim, 1),
-                Smem::streamed(batch, dim, MAX_STAGES),
+            for (m, parts) in [
+                (Smem::whole(batch, dim, 2, PAIR), PAIR),
+                (Smem::whole(batch, dim, 1, PAIR), PAIR),
+                (Smem::whole(batch, dim, 1, 4), 4),
+                (Smem::streamed(batch, dim, MAX_STAGES), PAIR),
             ] {
                 let regions = [
                     m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own,
@@ -170,8 +174,8 @@ mod tests {
                 assert_eq!(m.stride, label_offset(dim) + 16);
                 assert!(
                     m.rows.is_multiple_of(16)
-                        && m.rows * PARTS >= batch
-                        && m.rows <= MAX_BATCH / PARTS
+                        && m.rows * parts >= batch
+                        && m.rows <= MAX_BATCH / parts
                 );
                 assert_eq!((m.buffer_row / 16) % 2, 1);
                 assert_eq!(m.w1 - m.x, m.buffers * m.rows * m.buffer_row);
@@ -183,7 +187,8 @@ mod tests {
 
     /// The streamed layout of MNIST's batch of 128 fits each GPU generation's shared memory
     /// per block with the stages the host gives it: Turing's 64 KiB two, the 99 KiB of sm_86
-    /// and sm_89 four, an A100's 163 KiB the most; the whole batch fits only Hopper's 227 KiB.
+    /// and sm_89 four, an A100's 163 KiB the most; the whole batch fits only Hopper's 227 KiB,
+    /// one buffer of half of it an A100's, of a quarter 99 KiB.
     #[test]
     fn mnist_streams_through_every_generation() {
         for (kib, stages) in [(64, 2), (99, 4), (163, MAX_STAGES)] {
@@ -193,16 +198,20 @@ mod tests {
             );
         }
         assert!(Smem::streamed(128, 784, 5).bytes > 99 * 1024);
-        assert!(Smem::whole(128, 784, 2).bytes > 163 * 1024);
-        // One whole-batch buffer fits an A100, not a 99 KiB card.
-        let single = Smem::whole(128, 784, 1).bytes;
-        assert!(single <= 163 * 1024 && single > 99 * 1024);
+        assert!(Smem::whole(128, 784, 2, PAIR).bytes > 163 * 1024);
+        for (parts, kib) in [(2, 163), (4, 99)] {
+            let single = Smem::whole(128, 784, 1, parts).bytes;
+            assert!(single <= kib * 1024, "{parts} parts in {kib} KiB");
+            if parts > PAIR {
+                assert!(Smem::whole(128, 784, 1, parts / 2).bytes > kib * 1024);
+            }
+        }
     }
 
     /// The default MNIST model fits an H100's 227 KB per block.
     #[test]
     fn mnist_fits_an_h100() {
-        let m = Smem::whole(128, 784, 2);
+        let m = Smem::whole(128, 784, 2, PAIR);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
     }

@@ -6,20 +6,24 @@ use super::logits::FIX;
 use super::*;
 use crate::arch::*;
 
-/// Threads per row (adjacent lanes), [`PER`] classes each: on Hopper all eight warps' threads
-/// cover the rows, elsewhere the tile warps' (warps 4-7 skip the softmax in the two-buffer
-/// kernel; elsewhere they run it on rows past the block's, which store nothing: skipping them
-/// by thread index made the Hopper kernel 2-4% slower).
-const SPLIT: usize = if HOPPER { 4 } else { 2 };
-const PER: usize = MAX_CLASSES / SPLIT;
+/// Classes per thread of a row, when the whole block meets the grid barrier (on Hopper, and in
+/// the one-buffer and streamed kernels) and when the tile warps alone do (the two-buffer
+/// kernel's loader warps skip the softmax off Hopper). A row's threads are adjacent lanes,
+/// `MAX_CLASSES / PER` of them: the whole block's threads cover 64 rows, the tile warps' as
+/// many with twice the classes each. Threads past the block's rows run it on rows that store
+/// nothing (skipping them by thread index made the Hopper kernel 2-4% slower).
+const PER_OF_BLOCK: usize = MAX_CLASSES * 64 / THREADS;
+const PER_OF_TILE_WARPS: usize = MAX_CLASSES * 64 / (TILE_WARPS * 32);
 
 /// The softmax of the block's rows, then each warp's sums of the loss and the correct count
-/// in shared memory, behind a block barrier.
+/// in shared memory, behind a block barrier. `STREAM` and `SINGLE` are the kernel's.
 #[inline(always)]
-pub fn cross_entropy<const STREAM: bool>(b: &Block, s: &Step) {
+pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) {
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-    if !b.skips_barrier() {
-        (l_sum, c_sum) = row::<STREAM>(b, s);
+    if HOPPER || STREAM || SINGLE {
+        (l_sum, c_sum) = row::<STREAM, PER_OF_BLOCK>(b, s);
+    } else if !b.skips_barrier() {
+        (l_sum, c_sum) = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
     }
     let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
     if b.lane == 0 {
@@ -37,9 +41,10 @@ pub fn cross_entropy<const STREAM: bool>(b: &Block, s: &Step) {
 /// batch's row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
 /// past the batch.)
 #[inline(always)]
-fn row<const STREAM: bool>(b: &Block, s: &Step) -> (f32, f32) {
+fn row<const STREAM: bool, const PER: usize>(b: &Block, s: &Step) -> (f32, f32) {
+    let split = MAX_CLASSES / PER;
     let (cn, sums) = (b.classes, s.sums);
-    let (r, side) = (b.tid / SPLIT, b.tid % SPLIT);
+    let (r, side) = (b.tid / split, b.tid % split);
     let valid = r < b.mine;
     let row = unsafe { sums.add(if valid { b.r0 + r } else { 0 } * logits_row(cn)) };
     let c0 = PER * side;
@@ -70,7 +75,7 @@ fn row<const STREAM: bool>(b: &Block, s: &Step) -> (f32, f32) {
         }
     }
     let mut m = 1;
-    while m < SPLIT {
+    while m < split {
         let o_max = shfl_xor_f32(max, m as u32);
         let o_arg = shfl_xor_u32(arg as u32, m as u32) as usize;
         if o_max > max || (o_max == max && o_arg < arg) {
@@ -91,7 +96,7 @@ fn row<const STREAM: bool>(b: &Block, s: &Step) -> (f32, f32) {
     }
     // The row's threads all get the same totals: IEEE addition is commutative.
     let mut m = 1;
-    while m < SPLIT {
+    while m < split {
         sum += shfl_xor_f32(sum, m as u32);
         zl += shfl_xor_f32(zl, m as u32);
         m *= 2;

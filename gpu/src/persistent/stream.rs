@@ -21,10 +21,10 @@ use super::*;
 use crate::arch::*;
 
 /// 16-byte pieces per thread and chunk: a chunk's rows hold `CHUNK / 8` pieces each.
-const PIECES: usize = (MAX_BATCH / PARTS) * (CHUNK / 8) / THREADS;
+const PIECES: usize = (MAX_BATCH / PAIR) * (CHUNK / 8) / THREADS;
 /// Rows apart of a thread's pieces: thread `t` loads piece `t % 16` of rows `t / 16 + ROWS_APART·j`.
 const ROWS_APART: usize = THREADS / (CHUNK / 8);
-const _: () = assert!(PIECES * ROWS_APART == MAX_BATCH / PARTS);
+const _: () = assert!(PIECES * ROWS_APART == MAX_BATCH / PAIR);
 
 /// Where the stream stands: the next chunk to load and the stages of the next load and read.
 pub struct Ring {

@@ -11,7 +11,7 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PARTS,
+    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PAIR,
     Smem, THREADS, UNITS, clustered, logits_slot, row_stride,
 };
 use std::sync::Arc;
@@ -30,11 +30,11 @@ pub struct Persistent {
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
-    /// Each block's shares of the gradients, for the other block of its slice (empty on
-    /// Hopper, where they go straight into the partner's shared memory).
+    /// Each block's shares of the gradients, for the other blocks of its slice (empty where a
+    /// slice is a cluster, whose blocks write them straight into each other's shared memory).
     exchange: Buf<u32>,
-    /// Arrival counts of the grid barrier, then of each slice's pair barrier (the grid's alone
-    /// on Hopper, whose pairs exchange through shared memory); zeroed before each launch.
+    /// Arrival counts of the grid barrier, then of each slice's barrier (the grid's alone where
+    /// slices are clusters); zeroed before each launch.
     counters: Buf<u32>,
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
@@ -69,8 +69,10 @@ pub enum Feed {
     /// reads the other (sm_80 PTX and newer; at MNIST's batch of 128 only Hopper has the room).
     Whole,
     /// One buffer of the block's whole rows, refilled with the next batch once dW1 has read it
-    /// (sm_80 PTX and newer; at MNIST's batch of 128 an A100 has the room).
-    Single,
+    /// (sm_80 PTX and newer), the batch split over `parts` blocks a slice: 2 (at MNIST's batch
+    /// of 128 an A100 has the room) or 4, whose quarters fit 99 KiB but take twice the blocks,
+    /// all resident at once.
+    Single { parts: usize },
     /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
     /// step (`gpu::persistent::stream`).
     Streamed { stages: usize },
@@ -80,10 +82,24 @@ impl Feed {
     /// The shared-memory layout of a block for a batch of `batch` × `dim`.
     pub fn smem(self, batch: usize, dim: usize) -> Smem {
         match self {
-            Feed::Whole => Smem::whole(batch, dim, 2),
-            Feed::Single => Smem::whole(batch, dim, 1),
+            Feed::Whole => Smem::whole(batch, dim, 2, PAIR),
+            Feed::Single { parts } => Smem::whole(batch, dim, 1, parts),
             Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
         }
+    }
+
+    /// Blocks per slice of hidden units, each with its part of the batch.
+    pub fn parts(self) -> usize {
+        match self {
+            Feed::Single { parts } => parts,
+            _ => PAIR,
+        }
+    }
+
+    /// Whether a slice's blocks are a cluster with PTX of architecture `sm` (the Hopper build,
+    /// whose pairs exchange through shared memory).
+    fn clustered(self, sm: u32) -> bool {
+        clustered(sm) && self.parts() == PAIR
     }
 
     /// The kernel's `stages` parameter.
@@ -94,16 +110,20 @@ impl Feed {
         }
     }
 
-    fn kernel(self, acc: Accum) -> &'static str {
+    /// The feed's kernel, if the gpu crate has one (one buffer in 2 or 4 parts).
+    fn kernel(self, acc: Accum) -> Option<&'static str> {
         use kernels::*;
-        match (self, acc) {
+        Some(match (self, acc) {
             (Feed::Whole, Accum::F16) => PERSISTENT_F16,
             (Feed::Whole, Accum::F32) => PERSISTENT_F32,
-            (Feed::Single, Accum::F16) => PERSISTENT_SINGLE_F16,
-            (Feed::Single, Accum::F32) => PERSISTENT_SINGLE_F32,
+            (Feed::Single { parts: 2 }, Accum::F16) => PERSISTENT_SINGLE_F16,
+            (Feed::Single { parts: 2 }, Accum::F32) => PERSISTENT_SINGLE_F32,
+            (Feed::Single { parts: 4 }, Accum::F16) => PERSISTENT_SINGLE4_F16,
+            (Feed::Single { parts: 4 }, Accum::F32) => PERSISTENT_SINGLE4_F32,
+            (Feed::Single { .. }, _) => return None,
             (Feed::Streamed { .. }, Accum::F16) => PERSISTENT_STREAMED_F16,
             (Feed::Streamed { .. }, Accum::F32) => PERSISTENT_STREAMED_F32,
-        }
+        })
     }
 
     /// Whether PTX of architecture `sm` runs this feed for a batch of `batch` × `dim` in `room`
@@ -117,7 +137,9 @@ impl Feed {
             _ => true,
         };
         stages_ok
-            && kernels::in_ptx_of(self.kernel(Accum::F16), sm)
+            && self
+                .kernel(Accum::F16)
+                .is_some_and(|k| kernels::in_ptx_of(k, sm))
             && self.smem(batch, dim).bytes <= room
     }
 
@@ -125,7 +147,10 @@ impl Feed {
     pub fn describe(self) -> String {
         match self {
             Feed::Whole => String::new(),
-            Feed::Single => ", one batch buffer refilled after dW1".into(),
+            Feed::Single { parts: PAIR } => ", one batch buffer refilled after dW1".into(),
+            Feed::Single { parts } => {
+                format!(", one batch buffer refilled after dW1, the batch in {parts} parts")
+            }
             Feed::Streamed { stages } => {
                 format!(", the batch streamed in {CHUNK}-input chunks through {stages} stages")
             }
@@ -133,28 +158,15 @@ impl Feed {
     }
 }
 
-/// The feeds the host tries, fastest first: two whole-batch buffers, one, then the ring with
-/// the most stages.
+/// The feeds the host tries, fastest first: two whole-batch buffers, one of half the batch,
+/// of a quarter, then the ring with the most stages.
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
+    let singles = [2, 4].map(|parts| Feed::Single { parts });
     let rings = (MIN_STAGES..=MAX_STAGES).rev();
-    [Feed::Whole, Feed::Single]
+    [Feed::Whole]
         .into_iter()
+        .chain(singles)
         .chain(rings.map(|stages| Feed::Streamed { stages }))
-}
-
-/// How this GPU feeds a batch of `batch` × `dim`: the first of [`feeds_by_preference`] that
-/// it runs ([`Feed::runs_with`]), or why none fits.
-pub fn choose_feed(gpu: &Gpu, batch: usize, dim: usize) -> Result<Feed, String> {
-    let room = gpu.max_smem_optin();
-    feeds_by_preference()
-        .find(|f| f.runs_with(gpu.ptx.sm, room, batch, dim))
-        .ok_or_else(|| {
-            format!(
-                "a batch of {batch} × {dim} needs {} B of shared memory even streamed in {CHUNK}-input chunks, {}",
-                Smem::streamed(batch, dim, MIN_STAGES).bytes,
-                gpu.describe_smem_limit()
-            )
-        })
 }
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
@@ -188,38 +200,47 @@ pub fn support(
             shuffled >> 20
         )
     } else {
-        return resource_support(gpu, batch, dim, hidden, acc);
+        return choose_feed(gpu, batch, dim, hidden, acc);
     };
     Ok(Support::No(why))
 }
 
-/// Whether this GPU has the shared memory a block needs and holds every block at once.
-fn resource_support(
-    gpu: &Gpu,
-    batch: usize,
-    dim: usize,
-    hidden: usize,
-    acc: Accum,
-) -> Result<Support> {
-    let feed = match choose_feed(gpu, batch, dim) {
-        Ok(feed) => feed,
-        Err(why) => return Ok(Support::No(why)),
-    };
-    let bytes = feed.smem(batch, dim).bytes;
-    let resident = resident_blocks(gpu, &function(gpu, acc, feed, bytes)?, bytes, PARTS)?;
-    let blocks = PARTS * hidden / UNITS;
-    Ok(if blocks > resident {
-        Support::No(format!(
-            "{blocks} blocks ({PARTS} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
-        ))
-    } else {
-        Support::Yes(feed)
-    })
+/// How this GPU feeds a batch of `batch` × `dim` to `hidden` units: the first of
+/// [`feeds_by_preference`] that it runs ([`Feed::runs_with`]) with every block resident at
+/// once, or why none does (the last feed's reason: the fewest blocks in the least room).
+fn choose_feed(gpu: &Gpu, batch: usize, dim: usize, hidden: usize, acc: Accum) -> Result<Support> {
+    let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
+    let least = feeds_by_preference()
+        .filter(|f| f.runs_with(sm, usize::MAX, batch, dim))
+        .min_by_key(|f| f.smem(batch, dim).bytes)
+        .expect("the streamed kernel is in every PTX");
+    let mut why = format!(
+        "a batch of {batch} × {dim} needs {} B of shared memory a block at the least (the \
+         persistent kernel{}), {}",
+        least.smem(batch, dim).bytes,
+        least.describe(),
+        gpu.describe_smem_limit()
+    );
+    for feed in feeds_by_preference().filter(|f| f.runs_with(sm, room, batch, dim)) {
+        let bytes = feed.smem(batch, dim).bytes;
+        let f = function(gpu, acc, feed, bytes)?;
+        let resident = resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))?;
+        let (parts, blocks) = (feed.parts(), feed.parts() * hidden / UNITS);
+        if blocks <= resident {
+            return Ok(Support::Yes(feed));
+        }
+        why = format!(
+            "{blocks} blocks ({parts} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
+        );
+    }
+    Ok(Support::No(why))
 }
 
 /// The kernel for accumulator `acc` and `feed`, allowed `smem` bytes of dynamic shared memory.
 fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize) -> Result<CudaFunction> {
-    let f = gpu.function(feed.kernel(acc))?;
+    let name = feed.kernel(acc);
+    let f = gpu
+        .function(name.ok_or_else(|| anyhow::anyhow!("no kernel feeds the batch as {feed:?}"))?)?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
@@ -228,13 +249,18 @@ fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize) -> Result<CudaFuncti
 }
 
 /// How many blocks of `f` (with `smem` bytes each) can be resident at once: whole clusters of
-/// `cluster` blocks on Hopper.
-fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize, cluster: usize) -> Result<usize> {
-    if !clustered(gpu.ptx.sm) {
+/// `cluster` blocks, if any.
+fn resident_blocks(
+    gpu: &Gpu,
+    f: &CudaFunction,
+    smem: usize,
+    cluster: Option<usize>,
+) -> Result<usize> {
+    let Some(cluster) = cluster else {
         let per_sm =
             f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
         return Ok(per_sm as usize * gpu.sm_count() as usize);
-    }
+    };
     let mut attrs = [cluster_attribute(cluster as u32)];
     let config = gpu.launch_config(grid_config(cluster as u32, smem), &mut attrs);
     let mut clusters = 0;
@@ -249,12 +275,12 @@ fn resident_blocks(gpu: &Gpu, f: &CudaFunction, smem: usize, cluster: usize) -> 
 /// all fit, else of one (the kernel pairs ranks `r` and `r ^ 1` either way). Clusters of two
 /// slices run faster than of one, four or eight (`docs/persistent.md` has the measurements).
 fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Result<u32> {
-    let two = 2 * PARTS;
+    let two = 2 * PAIR;
     Ok(
-        if blocks.is_multiple_of(two) && resident_blocks(gpu, f, smem, two)? >= blocks {
+        if blocks.is_multiple_of(two) && resident_blocks(gpu, f, smem, Some(two))? >= blocks {
             two as u32
         } else {
-            PARTS as u32
+            PAIR as u32
         },
     )
 }
@@ -280,8 +306,8 @@ impl Persistent {
         );
         let f = function(gpu, acc, feed, smem.bytes)?;
         let slices = sizes[1] / UNITS;
-        let blocks = PARTS * slices;
-        let cluster = if clustered(gpu.ptx.sm) {
+        let blocks = feed.parts() * slices;
+        let cluster = if feed.clustered(gpu.ptx.sm) {
             cluster_size(gpu, &f, smem.bytes, blocks)?
         } else {
             0
@@ -403,7 +429,7 @@ impl Persistent {
         gpu.stream.wait(&self.shuffled[buf])?;
         gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
-        // The two halves of the batch add their loss and correct count into each step's slot.
+        // The parts of the batch add their loss and correct count into each step's slot.
         for p in [loss, correct] {
             gpu.zero_raw(p + 4 * step0 as u64, 4 * steps)?;
         }
@@ -434,8 +460,8 @@ impl Persistent {
             stages: self.feed.stages(),
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
-        // once, which the grid barrier needs. On Hopper the blocks of each slice (or of two)
-        // are also a cluster, which shares their shared memory.
+        // once, which the grid barrier needs. On Hopper the pair of each slice (or two pairs)
+        // is also a cluster, which shares their shared memory.
         let mut attrs = vec![attribute(
             CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
             |v| v.cooperative = 1,
@@ -486,16 +512,17 @@ mod tests {
     use super::*;
 
     /// MNIST's batch of 128 on each generation's PTX and shared memory a block: Hopper's two
-    /// whole-batch buffers, an A100's one, the rings of 99 and 64 KiB cards, Turing's two-stage
-    /// register ring whatever the room, and nothing under 48 KiB.
+    /// whole-batch buffers, an A100's one of half the batch, a quarter in 99 KiB, the ring of
+    /// two stages in 64 KiB, Turing's two-stage register ring whatever the room, and nothing
+    /// under 48 KiB (where every block is resident).
     #[test]
     fn each_generation_takes_the_feed_its_shared_memory_holds() {
         let choose = |sm: u32, kib: usize| {
             feeds_by_preference().find(|f| f.runs_with(sm, kib * 1024, 128, 784))
         };
         assert_eq!(choose(90, 227), Some(Feed::Whole));
-        assert_eq!(choose(80, 163), Some(Feed::Single));
-        assert_eq!(choose(80, 99), Some(Feed::Streamed { stages: 4 }));
+        assert_eq!(choose(80, 163), Some(Feed::Single { parts: 2 }));
+        assert_eq!(choose(80, 99), Some(Feed::Single { parts: 4 }));
         assert_eq!(choose(80, 64), Some(Feed::Streamed { stages: 2 }));
         assert_eq!(choose(75, 64), Some(Feed::Streamed { stages: 2 }));
         assert_eq!(choose(75, 227), Some(Feed::Streamed { stages: 2 }));
@@ -509,5 +536,7 @@ mod tests {
             .runs_with(90, 227 * 1024, 8, 48)
         );
         assert!(!Feed::Whole.runs_with(75, 227 * 1024, 8, 48));
+        // The gpu crate has kernels for 2 and 4 parts.
+        assert!(!Feed::Single { parts: 8 }.runs_with(90, 227 * 1024, 8, 48));
     }
 }
