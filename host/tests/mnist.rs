@@ -143,7 +143,7 @@ fn persistent_shuffle_matches_cpu() {
 }
 
 /// Several steps of the persistent kernel against the CPU reference stepped by hand: same
-/// batches (the GPU's shuffle), fp16 operands, fp32 SGD with momentum. Batches of 100 and 8 rows
+/// batches (the GPU's shuffle), fp16 operands, fp32 SGD with momentum. Batches of 120 and 8 rows
 /// (not multiples of the 16-row tile), 3 and 4 slices of 8 hidden units, input widths of 48
 /// (fewer dW1 tiles than warps) and MNIST's 784 (49 tiles: warp 0 takes a seventh, the others
 /// six), with random inputs, so that every input tile carries signal (MNIST's last tile is
@@ -194,8 +194,9 @@ fn streamed_persistent_steps_match_cpu_reference() {
 /// [`persistent_steps_match_cpu_reference`] with one whole-batch buffer, refilled after dW1:
 /// of half the batch, as an A100 runs it, and of a quarter (four blocks a slice, exchanging
 /// through global memory), as 99 KiB cards do; by the bulk copy on Hopper PTX, by every
-/// thread's `cp.async` on sm_80 PTX. A quarter of 100 rows is 25, of 8 rows 2: blocks hold
-/// partial tiles, and with 8 rows the last two hold none.
+/// thread's `cp.async` on sm_80 PTX. A block's part is rounded up to whole 16-row tiles: at
+/// batch 120 the quarters hold 32, 32, 32 and 24 rows (a partial second tile), at batch 8 the
+/// first holds all 8 and three hold none.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn single_buffer_persistent_steps_match_cpu_reference() {
@@ -229,10 +230,10 @@ fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
     Some(Gpu::with_options(0, &o).unwrap())
 }
 
-/// Whether `g` runs `feed` for the CPU-reference sizes (MNIST's width at batch 100, the
+/// Whether `g` runs `feed` for the CPU-reference sizes (MNIST's width at batch 120, the
 /// largest); if not, says it is skipped.
 fn runs(g: &Gpu, feed: Feed) -> bool {
-    let ok = feed.runs_with(g.ptx.sm, g.max_smem_optin(), 100, 784);
+    let ok = feed.runs_with(g.ptx.sm, g.max_smem_optin(), 120, 784);
     if !ok {
         eprintln!(
             "skipped in part: {feed:?} does not run on {}",
@@ -246,8 +247,8 @@ fn runs(g: &Gpu, feed: Feed) -> bool {
 /// each size, batch and accumulator, the batch fed as `feed` (by default as `g` chooses).
 fn persistent_steps_against_cpu(g: &Gpu, feed: Option<Feed>) {
     let mut rng = StdRng::seed_from_u64(7);
-    // Three slices of hidden units (on Hopper, clusters of one slice) and four (of two), at
-    // input widths of 3 and of 49 dW1 tiles.
+    // Three slices of hidden units (on Hopper, with the batch in halves, clusters of one slice)
+    // and four (of two), at input widths of 3 and of 49 dW1 tiles.
     let (n, steps, seed, lr, mu) = (500usize, 4usize, 77u32, 0.05f32, 0.9f32);
     let (mut ok, mut report) = (true, Vec::new());
     for sizes in [[48, 24, 10], [48, 32, 10], [784, 32, 10]] {
@@ -260,7 +261,7 @@ fn persistent_steps_against_cpu(g: &Gpu, feed: Option<Feed>) {
         let round =
             |p: &[f32]| -> Vec<f32> { p.iter().map(|&v| f16::from_f32(v).to_f32()).collect() };
         for acc in [Accum::F16, Accum::F32] {
-            for batch in [100usize, 8] {
+            for batch in [120usize, 8] {
                 let Support::Yes(chosen) =
                     persistent::support(g, &sizes, batch, steps, acc).unwrap()
                 else {
@@ -352,13 +353,17 @@ fn persistent_steps_against_cpu(g: &Gpu, feed: Option<Feed>) {
                             delta(&got, k),
                             delta(&w, k)
                         ));
-                        // fp32 accumulation matches to rounding. fp16 accumulation moves
-                        // pre-activations by ~1e-3, enough to flip a few ReLU masks in four steps,
-                        // each worth a few percent of a small batch's first-layer gradient; on
-                        // sm_75 each k = 16 step is two m16n8k8, twice the fp16 roundings.
+                        // fp32 accumulation matches to rounding, but a pre-activation within
+                        // rounding of zero can still fall on the other side of the ReLU: the
+                        // shares sum in another order than the CPU's (two parts, or four), and
+                        // one row's term in one unit's gradient, ~1/batch of it, moves that
+                        // unit's weights by up to ~2% of the largest change (seen with the
+                        // batch in quarters). fp16 accumulation moves pre-activations by ~1e-3,
+                        // enough to flip a few ReLU masks in four steps; on sm_75 each k = 16
+                        // step is two m16n8k8, twice the fp16 roundings.
                         ok &= worst
                             <= match acc {
-                                Accum::F32 => 1e-2,
+                                Accum::F32 => 2e-2,
                                 Accum::F16 if g.ptx.sm < 80 => 0.15,
                                 Accum::F16 => 0.1,
                             };

@@ -1,6 +1,7 @@
 //! Backward: the block's shares (its rows of the batch) of the gradients. dH through the ReLU
 //! and db1 on the tile warps, dW2 and db2 on the output warp, dW1 on every warp; the shares of
-//! the small ones go to the partner as they are done ([`Outbox`]), dW1's after the phase.
+//! the small ones go to the slice's other blocks as they are done ([`Outbox`]), dW1's after the
+//! phase.
 use super::context::Block;
 use super::context::Step;
 use super::exchange::{DB1_AT, Outbox};
@@ -80,7 +81,7 @@ fn unit_frags<const T: usize>(b: &Block, tile: u32) -> [[u32; 2]; T] {
 }
 
 /// The output warp's dW2 = dlogitsᵀ·H and db2 (its column sums) over the block's rows, sent
-/// to the partner and kept in [`Block::own`] for the update.
+/// to the slice's other blocks and kept in [`Block::own`] for the update.
 #[inline(always)]
 pub fn output_grads<const T: usize>(b: &Block, out: &Outbox) {
     if b.warp != OUTPUT_WARP {

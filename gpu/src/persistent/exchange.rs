@@ -11,6 +11,7 @@
 //! - Elsewhere, and for more than two parts, they go to the block's area of the global
 //!   exchange buffer, and the slice's blocks meet at a counter there.
 use super::context::{Block, Step};
+use super::update;
 use super::*;
 use crate::arch::*;
 
@@ -69,8 +70,9 @@ const fn in_cluster(tiles: usize) -> bool {
 pub struct Outbox {
     /// Whether they go to the partner in the cluster ([`in_cluster`]).
     cluster: bool,
-    /// On Hopper the partner's share mbarrier; elsewhere the block's exchange area.
+    /// Within a cluster the partner's share mbarrier (0 elsewhere).
     partner_bar: u32,
+    /// The block's exchange area in global memory (not used within a cluster).
     area: *mut u32,
 }
 
@@ -190,7 +192,11 @@ pub fn receive<A: Acc, const T: usize>(
     // this block's after the barrier above, of every part. From global memory they are
     // requested before dW1's sums wait for theirs; within a cluster, after the block barrier
     // that lets this block's own be read.
-    let small_words = [b.tid % 128, 128 + b.tid % 128, DB1_AT + b.tid % UNITS];
+    let small_words = [
+        update::w2_word(b),
+        128 + update::w2_word(b),
+        DB1_AT + b.tid % UNITS,
+    ];
     let small_of = |q: usize| {
         let own = b.own();
         let mine = unsafe { [*own.add(small_words[0]), *own.add(small_words[1]), db1] };

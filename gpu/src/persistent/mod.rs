@@ -3,24 +3,24 @@
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
 //! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
-//! and draining them. Here blocks meet twice a step: all of them at a grid barrier, and each
-//! pair of blocks at the exchange of their gradients.
+//! and draining them. Here blocks meet twice a step: all of them at a grid barrier, and the
+//! blocks of each slice at the exchange of their gradients.
 //!
 //! Decomposition: the hidden units are cut in slices of 8 (one n = 8 `mma` tile) and the batch
-//! in two halves; block `2s + h` owns slice `s` for half `h`. Each block holds its slice's
-//! rows of W1, entries of b1 and columns of W2 (the two blocks of a slice hold identical
-//! copies) and its half of the batch (fp16, in shared memory: below). A step:
+//! in `P` parts, two (or four: below); block `P·s + h` owns slice `s` for part `h`. Each block
+//! holds its slice's rows of W1, entries of b1 and columns of W2 (the blocks of a slice hold
+//! identical copies) and its part of the batch (fp16, in shared memory: below). A step:
 //! - forward, `H = relu(X·W1[s]ᵀ + b1[s])` for the block's rows: block-local;
 //! - logits `H·W2ᵀ`: a sum over slices. Each block adds its partial product into one buffer in
 //!   64-bit fixed point, whose adds are associative, so the sums do not depend on the order of
 //!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
 //! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
-//!   block's share (its half of the batch) of dW1[s], db1[s], dW2[:, s], db2;
-//! - the two blocks of a slice exchange their shares, add them (IEEE addition is commutative:
-//!   both get the same sums) and apply the same SGD update to their copies. On Hopper the pair
-//!   is a thread-block cluster: the shares go straight into the partner's shared memory as
+//!   block's share (its part of the batch) of dW1[s], db1[s], dW2[:, s], db2;
+//! - the blocks of a slice exchange their shares, add them in part order (so all get the same
+//!   sums) and apply the same SGD update to their copies. On Hopper the two blocks of a pair
+//!   are a thread-block cluster: the shares go straight into the partner's shared memory as
 //!   `st.async` messages, which its `mbarrier` counts until all have arrived; elsewhere they go
-//!   through global memory and the pair meets at a counter there.
+//!   through global memory and the slice's blocks meet at a counter there.
 //!
 //! Splitting the batch halves the shared memory a block needs for it, which on Hopper leaves
 //! room for a second buffer: the copy of the next batch (the step's largest transfer) overlaps
@@ -107,8 +107,8 @@ const _: () = assert!(
     "a chunk per dW1 tile of a warp"
 );
 
-/// Whether the kernel built for `sm` is launched with each slice's blocks as a cluster (the
-/// Hopper build: `build.rs` compiles sm_90 with PTX 8.1).
+/// Whether the kernel built for `sm` is launched with each slice's pair of blocks as a cluster
+/// (the Hopper build: `build.rs` compiles sm_90 with PTX 8.1); a slice of four parts is not.
 pub const fn clustered(sm: u32) -> bool {
     sm >= 90
 }
@@ -184,10 +184,11 @@ pub const fn label_offset(dim: usize) -> usize {
 /// clears slot (k + 1) % 3, which every block finished reading before step k began.
 pub const LOGIT_SLOTS: usize = 3;
 
-/// Words a block leaves for its partner each step, in fragment order (so both the writes and
-/// the reads are coalesced): its share of dW1 as fp16 pairs (`[tile][pair][lane]`; the
-/// layered path keeps weight gradients in fp16 too), then f32 shares of dW2 and db2
-/// (`[element][lane]` each) and of db1. (On Hopper they go to the partner's shared memory.)
+/// Words a block leaves for the other blocks of its slice each step, in fragment order (so
+/// both the writes and the reads are coalesced): its share of dW1 as fp16 pairs
+/// (`[tile][pair][lane]`; the layered path keeps weight gradients in fp16 too), then f32 shares
+/// of dW2 and db2 (`[element][lane]` each) and of db1. (Within a Hopper cluster they go to the
+/// partner's shared memory.)
 pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + SMALL_SHARES;
 /// Words of the shares of dW2 and db2 (one `mma` fragment each) and of db1.
 pub const SMALL_SHARES: usize = OWN_SHARES + UNITS;
@@ -237,6 +238,13 @@ mod kernel {
     /// a slice has [`parts`]`(T)` blocks.
     #[inline(always)]
     unsafe fn train<A: Acc, const STREAM: bool, const SINGLE: bool, const T: usize>(args: Params) {
+        const {
+            assert!(parts(T) >= PAIR && parts(T) <= MAX_PARTS && tiles(parts(T)) == T);
+            assert!(
+                !STREAM || parts(T) == PAIR,
+                "the ring loads a half of the batch"
+            );
+        };
         let block = Block::new::<STREAM, SINGLE, T>(args);
         let mut w1 = W1::load(&block);
         weights::load_small(&block);

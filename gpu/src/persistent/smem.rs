@@ -47,7 +47,7 @@ pub struct Smem {
     pub x: usize,
     /// The slice's rows of W1, fp16 `[dim][UNITS]`: one 16-byte row per input, so the
     /// forward's B fragments are `ldmatrix.trans` loads and an update stores a unit pair in
-    /// one word. On Hopper the partner's dW1 share (16·dim bytes) arrives here too.
+    /// one word. Within a Hopper cluster the partner's dW1 share (16·dim bytes) arrives here too.
     pub w1: usize,
     /// `H[:, s]` and `dH[:, s]`, fp16 `[rows rounded to 32][UNITS]` each.
     pub h: usize,
@@ -59,10 +59,10 @@ pub struct Smem {
     pub w2_uc: usize,
     /// The slice's parameters other than W1 and the per-warp partial sums: [`SmallParams`].
     pub params: usize,
-    /// On Hopper, where the partner block writes its shares of dW2, db2 and db1 (f32,
-    /// [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
+    /// Within a Hopper cluster, where the partner block writes its shares of dW2, db2 and db1
+    /// (f32, [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
     pub xch: usize,
-    /// This block's shares of dW2 and db2 (f32, in the layout of the partner's), where the
+    /// This block's shares of dW2 and db2 (f32, in the layout of the others'), where the
     /// threads that update W2 and b2 find them.
     pub own: usize,
     /// The forward's partial sums of H ([`PARTIALS`] bytes): each warp's over its part of the

@@ -12,8 +12,10 @@ use crate::arch::*;
 /// `MAX_CLASSES / PER` of them: the whole block's threads cover 64 rows, the tile warps' as
 /// many with twice the classes each. Threads past the block's rows run it on rows that store
 /// nothing (skipping them by thread index made the Hopper kernel 2-4% slower).
-const PER_OF_BLOCK: usize = MAX_CLASSES * 64 / THREADS;
-const PER_OF_TILE_WARPS: usize = MAX_CLASSES * 64 / (TILE_WARPS * 32);
+const PER_OF_BLOCK: usize = MAX_CLASSES * ROWS / THREADS;
+const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
+/// The rows a block holds at most.
+const ROWS: usize = MAX_TILES * 16;
 
 /// The softmax of the block's rows, then each warp's sums of the loss and the correct count
 /// in shared memory, behind a block barrier. `STREAM` and `SINGLE` are the kernel's.

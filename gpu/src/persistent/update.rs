@@ -20,13 +20,19 @@ fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
     *w
 }
 
-/// The element of W2 this thread updates, if any: its word `j` of the dW2 fragment and its
-/// flat index `class · UNITS + unit`.
+/// The word of the dW2 (and db2) fragment whose element of W2 (and b2) this thread updates,
+/// if [`w2_element`] gives it one: threads `128 + j` take word `j`.
 #[inline(always)]
-pub fn w2_element(b: &Block) -> Option<(usize, usize)> {
-    let j = b.tid % 128;
+pub fn w2_word(b: &Block) -> usize {
+    b.tid % 128
+}
+
+/// The element of W2 this thread updates, if any, as its flat index `class · UNITS + unit`.
+#[inline(always)]
+pub fn w2_element(b: &Block) -> Option<usize> {
+    let j = w2_word(b);
     let (c, unit) = mma_c(j / 4, j % 4);
-    (b.tid >= 128 && c < b.classes).then_some((j, c * UNITS + unit))
+    (b.tid >= 128 && c < b.classes).then_some(c * UNITS + unit)
 }
 
 /// The step's update of every parameter of the slice, from the slice's gradients.
@@ -60,7 +66,7 @@ pub fn sgd_step(b: &Block, w1: &mut W1, sums: &Sums) {
             ))
         };
     }
-    if let Some((_, i)) = w2_element(b) {
+    if let Some(i) = w2_element(b) {
         let (gw2, gb2) = (sums.dw2, sums.db2);
         let (c, unit) = (i / UNITS, i % UNITS);
         let nw = unsafe { sgd(b, &mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i), gw2) };

@@ -1,6 +1,6 @@
 //! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of a
-//! one-hidden-layer MLP, with a grid barrier and a barrier of each block pair per step instead
-//! of a dozen kernels.
+//! one-hidden-layer MLP, with a grid barrier and a barrier of each slice's blocks per step
+//! instead of a dozen kernels.
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute};
 use crate::kernels;
@@ -288,7 +288,8 @@ fn cluster_size(gpu: &Gpu, f: &CudaFunction, smem: usize, blocks: usize) -> Resu
 impl Persistent {
     /// Carves the kernel's buffers from `arena`, for epochs of `steps` steps, the batch fed as
     /// `feed`; check [`support`] first (it says which feed this GPU takes; another that the PTX
-    /// has and the shared memory holds runs too).
+    /// has and the shared memory holds runs too, if the GPU keeps all its blocks resident: else
+    /// the launch fails).
     pub fn new(
         gpu: &Gpu,
         arena: &mut Arena,
