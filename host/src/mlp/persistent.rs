@@ -205,27 +205,41 @@ pub fn support(
     Ok(Support::No(why))
 }
 
-/// How this GPU feeds a batch of `batch` × `dim` to `hidden` units: the first of
-/// [`feeds_by_preference`] that it runs ([`Feed::runs_with`]) with every block resident at
-/// once, or why none does (the last feed's reason: the fewest blocks in the least room).
+/// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
+/// shared memory and occupancy).
 fn choose_feed(gpu: &Gpu, batch: usize, dim: usize, hidden: usize, acc: Accum) -> Result<Support> {
     let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
+    let resident = |feed: Feed| {
+        let bytes = feed.smem(batch, dim).bytes;
+        let f = function(gpu, acc, feed, bytes)?;
+        resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
+    };
+    let limit = gpu.describe_smem_limit();
+    pick_feed((sm, room, &limit), (batch, dim, hidden), resident)
+}
+
+/// The first of [`feeds_by_preference`] that PTX `sm` runs in `room` bytes of shared memory a
+/// block ([`Feed::runs_with`]) with every block resident at once (`resident(feed)` says how
+/// many can be), or why none does: the last feed's reason, the fewest blocks in the least
+/// room, or what the smallest layout needs beside `limit`, the GPU's words for its room.
+fn pick_feed(
+    (sm, room, limit): (u32, usize, &str),
+    (batch, dim, hidden): (usize, usize, usize),
+    mut resident: impl FnMut(Feed) -> Result<usize>,
+) -> Result<Support> {
     let least = feeds_by_preference()
         .filter(|f| f.runs_with(sm, usize::MAX, batch, dim))
         .min_by_key(|f| f.smem(batch, dim).bytes)
         .expect("the streamed kernel is in every PTX");
     let mut why = format!(
         "a batch of {batch} × {dim} needs {} B of shared memory a block at the least (the \
-         persistent kernel{}), {}",
+         persistent kernel{}), {limit}",
         least.smem(batch, dim).bytes,
         least.describe(),
-        gpu.describe_smem_limit()
     );
     for feed in feeds_by_preference().filter(|f| f.runs_with(sm, room, batch, dim)) {
-        let bytes = feed.smem(batch, dim).bytes;
-        let f = function(gpu, acc, feed, bytes)?;
-        let resident = resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))?;
-        let (parts, blocks) = (feed.parts(), feed.parts() * hidden / UNITS);
+        let (parts, blocks, resident) =
+            (feed.parts(), feed.parts() * hidden / UNITS, resident(feed)?);
         if blocks <= resident {
             return Ok(Support::Yes(feed));
         }
@@ -539,5 +553,41 @@ mod tests {
         assert!(!Feed::Whole.runs_with(75, 227 * 1024, 8, 48));
         // The gpu crate has kernels for 2 and 4 parts.
         assert!(!Feed::Single { parts: 8 }.runs_with(90, 227 * 1024, 8, 48));
+    }
+
+    /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
+    /// each) streams instead, as does hidden 512 (256 blocks) on 132; where not even the
+    /// streamed kernel's blocks are all resident, or its stages do not fit, the reason says so.
+    #[test]
+    fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
+        let pick = |sm: u32, kib: usize, hidden: usize, sms: usize| {
+            let one_each = |_: Feed| Ok(sms);
+            pick_feed((sm, kib * 1024, "capped"), (128, 784, hidden), one_each).unwrap()
+        };
+        assert_eq!(
+            pick(80, 99, 128, 132),
+            Support::Yes(Feed::Single { parts: 4 })
+        );
+        assert_eq!(
+            pick(80, 99, 128, 58),
+            Support::Yes(Feed::Streamed { stages: 4 })
+        );
+        assert_eq!(
+            pick(80, 99, 512, 132),
+            Support::Yes(Feed::Streamed { stages: 4 })
+        );
+        let Support::No(why) = pick(90, 227, 1024, 132) else {
+            panic!("256 blocks taken on 132 SMs");
+        };
+        assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
+        assert!(why.ends_with("this GPU holds 132"), "{why}");
+        let Support::No(why) = pick(80, 48, 128, 132) else {
+            panic!("a 48 KiB block taken");
+        };
+        assert!(
+            why.contains("needs 63904 B of shared memory a block at the least"),
+            "{why}"
+        );
+        assert!(why.ends_with("capped"), "{why}");
     }
 }
