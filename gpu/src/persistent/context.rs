@@ -33,6 +33,13 @@ pub struct Block {
     pub peer: u32,
 }
 
+/// Whether every warp of a block meets the grid barrier: on Hopper, and where no warp loads
+/// during the forward (the streamed kernels, `stream`, and one whole-batch buffer, `single`).
+#[inline(always)]
+pub const fn whole_block_meets(stream: bool, single: bool) -> bool {
+    HOPPER || stream || single
+}
+
 impl Block {
     #[inline(always)]
     /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most.
@@ -121,11 +128,10 @@ impl Block {
     pub fn skips_barrier(&self) -> bool {
         !self.whole_block_meets() && self.warp >= TILE_WARPS
     }
-    /// Whether every warp meets the grid barrier (on Hopper, and where no warp loads during the
-    /// forward: the streamed kernels and one whole-batch buffer).
+    /// [`whole_block_meets`] for this block's kernel.
     #[inline(always)]
     pub fn whole_block_meets(&self) -> bool {
-        HOPPER || self.lay.streamed || self.single()
+        whole_block_meets(self.lay.streamed, self.single())
     }
     /// The whole-batch buffer step `k` of the launch reads: steps alternate between two, or
     /// take the one.

@@ -293,8 +293,13 @@ mod kernel {
         }
     }
 
+    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator.
     macro_rules! export {
-        ($name:literal, $acc:ty, $stream:literal, $single:literal, $parts:literal) => {
+        ($name:literal, $stream:literal, $single:literal, $parts:literal) => {
+            export!(concat!($name, "_f16"), [u32; 2], $stream, $single, $parts);
+            export!(concat!($name, "_f32"), [f32; 4], $stream, $single, $parts);
+        };
+        ($name:expr, $acc:ty, $stream:literal, $single:literal, $parts:literal) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
@@ -305,17 +310,10 @@ mod kernel {
         };
     }
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f16", [u32; 2], false, false, 2);
+    export!("mlp1_persistent", false, false, 2);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_f32", [f32; 4], false, false, 2);
+    export!("mlp1_persistent_single", false, true, 2);
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single_f16", [u32; 2], false, true, 2);
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single_f32", [f32; 4], false, true, 2);
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4);
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4);
-    export!("mlp1_persistent_streamed_f16", [u32; 2], true, false, 2);
-    export!("mlp1_persistent_streamed_f32", [f32; 4], true, false, 2);
+    export!("mlp1_persistent_single4", false, true, 4);
+    export!("mlp1_persistent_streamed", true, false, 2);
 }

@@ -1,7 +1,7 @@
 //! Softmax cross-entropy of the block's rows, from the logit sums the grid barrier completed:
 //! each row's loss and whether its arg-max is the label, and the gradient of the logits,
 //! scaled by 1/batch, into shared memory in fp16 for the backward.
-use super::context::{Block, Step};
+use super::context::{Block, Step, whole_block_meets};
 use super::logits::FIX;
 use super::*;
 use crate::arch::*;
@@ -22,7 +22,7 @@ const ROWS: usize = MAX_TILES * 16;
 #[inline(always)]
 pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) {
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-    if HOPPER || STREAM || SINGLE {
+    if whole_block_meets(STREAM, SINGLE) {
         (l_sum, c_sum) = row::<STREAM, PER_OF_BLOCK>(b, s);
     } else if !b.skips_barrier() {
         (l_sum, c_sum) = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
