@@ -5,8 +5,10 @@
 //! SASS loads the module without the driver's JIT compile (tens of seconds for the GEMM ladder
 //! on an empty driver cache).
 //!
-//! Architectures come from `GPU_ARCHS` (comma-separated, default `sm_75,sm_80,sm_90`, so the
-//! main command gets each GPU's best kernels; `GPU_ARCHS=sm_90` builds only Hopper's). Each is
+//! Architectures come from `GPU_ARCHS` (comma-separated, default `sm_75,sm_80,sm_90,sm_90a`, so
+//! the main command gets each GPU's best kernels; `GPU_ARCHS=sm_90` builds only Hopper's
+//! portable PTX). An `a` suffix builds the architecture-specific PTX (`wgmma`), which runs on
+//! that compute capability alone. Each is
 //! built by a nested `cargo rustc` in its own target directory (`target/ptx/<arch>`), so it
 //! never waits on the outer build's lock, with
 //! `-Zbuild-std=core` (no prebuilt std exists for the target) and `-C target-cpu=<arch>`, which
@@ -44,7 +46,7 @@ fn main() {
             "cargo:warning=cubins skipped, PTX only (the driver JIT-compiles it at first run): {why}"
         );
     }
-    let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75,sm_80,sm_90".into());
+    let archs = env::var("GPU_ARCHS").unwrap_or_else(|_| "sm_75,sm_80,sm_90,sm_90a".into());
     // Each ptxas runs while the next architecture's PTX builds.
     let mut built = Vec::new();
     for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -76,9 +78,13 @@ fn main() {
 }
 
 /// Hopper's bulk copies and mbarrier transaction counts need PTX 8.0, and `st.async` (the
-/// persistent kernel's messages to its partner block) 8.1; rustc's default for sm_90 is 7.8.
+/// persistent kernel's messages to its partner block) 8.1; rustc's default for sm_90 is 7.8. The
+/// architecture-specific PTX takes 8.3, for the fence that hands a tensor map written by the
+/// host to the copy engine.
 fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
-    let ptx_isa = if sm >= 90 {
+    let ptx_isa = if arch.ends_with('a') {
+        " -C target-feature=+ptx83"
+    } else if sm >= 90 {
         " -C target-feature=+ptx81"
     } else {
         ""
@@ -172,13 +178,23 @@ fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Assembly {
 }
 
 /// Waits for `run` and writes its cubin zlib-compressed (SASS compresses to about a fifth), to
-/// the path it returns.
+/// the path it returns. A `wgmma` pipeline that ptxas serialises (warnings C7510, C7511, C7515:
+/// a call, too few registers, or another instruction writing the accumulators inside it) fails
+/// the build: the kernel would run, several times slower.
 fn compress(arch: &str, run: Assembly) -> PathBuf {
     let output = run.child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
+        panic!("ptxas failed on the {arch} PTX:\n{log}");
+    }
+    let serialised: Vec<_> = log
+        .lines()
+        .filter(|l| ["C7510", "C7511", "C7515"].iter().any(|w| l.contains(w)))
+        .collect();
+    if !serialised.is_empty() {
         panic!(
-            "ptxas failed on the {arch} PTX:\n{}",
-            String::from_utf8_lossy(&output.stderr)
+            "ptxas serialises wgmma in the {arch} PTX:\n{}",
+            serialised.join("\n")
         );
     }
     let cubin = std::fs::read(&run.cubin).unwrap();

@@ -2,10 +2,12 @@
 //! reference and cuBLAS for comparison.
 use crate::cuda::{Gpu, PushKernelArg, arg, attribute};
 use crate::kernels;
-use anyhow::{Result, bail, ensure};
+use crate::ptx::Arch;
+use crate::tma;
+use anyhow::{Context, Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID, CUtensorMap};
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
 };
@@ -29,7 +31,7 @@ impl Version {
     /// Every version this GPU can run (its PTX holds it, its shared memory takes it), SIMT
     /// first.
     pub fn all_for(gpu: &Gpu) -> Vec<Version> {
-        Version::all_up_to(gpu.ptx.sm)
+        Version::all_in(gpu.ptx.target())
             .into_iter()
             .filter(|v| v.smem_bytes() <= gpu.max_smem_optin())
             .collect()
@@ -49,11 +51,13 @@ impl Version {
     /// fits the limit (or the `--max-smem-kb` cap); if not, an error that says which.
     pub fn ensure_runs_on(&self, gpu: &Gpu) -> Result<()> {
         if let Version::Tensor(c, _) = self {
+            let arch = gpu.ptx.target();
             ensure!(
-                c.min_sm <= gpu.ptx.sm,
-                "config {} needs sm_{} PTX, but the {} PTX is loaded",
+                c.in_ptx(arch.sm, arch.specific),
+                "config {} needs sm_{}{} PTX, but the {} PTX is loaded",
                 c.name,
                 c.min_sm,
+                if c.is_wgmma() { "a" } else { "" },
                 gpu.ptx.arch
             );
         }
@@ -67,10 +71,10 @@ impl Version {
         Ok(())
     }
 
-    /// Every version the PTX of architecture `sm` holds, SIMT first.
-    pub fn all_up_to(sm: u32) -> Vec<Version> {
+    /// Every version the PTX of architecture `arch` holds, SIMT first.
+    pub fn all_in(arch: Arch) -> Vec<Version> {
         let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
-        for c in TILE_CONFIGS.iter().filter(|c| c.min_sm <= sm) {
+        for c in TILE_CONFIGS.iter().filter(|c| c.in_ptx(arch.sm, arch.specific)) {
             v.push(Version::Tensor(c, Accum::F16));
             v.push(Version::Tensor(c, Accum::F32));
         }
@@ -286,17 +290,20 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
 /// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
 /// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
+///
+/// The `wgmma` rungs are not among them: they read tensor maps copied to the GPU at each launch,
+/// a copy that the MLP's captured step would replay from a stale host array.
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
     let best_sm = TILE_CONFIGS
         .iter()
-        .filter(|c| c.min_sm <= gpu.ptx.sm)
+        .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
         .map(|c| c.min_sm)
         .max();
     let usable: Vec<_> = TILE_CONFIGS
         .iter()
-        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
+        .filter(|c| Some(c.min_sm) == best_sm && !c.is_wgmma() && c.smem_bytes() <= smem)
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let area = |c: &TileConfig| c.block.0 * c.block.1;
@@ -381,6 +388,16 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         beta: p.beta,
         relu: p.relu as u32,
     };
+    if let Version::Tensor(c, _) = v
+        && c.is_wgmma()
+    {
+        ensure!(p.split_k <= 1, "{} does not split K", v.label());
+        let maps = gpu.upload_tensor_maps(&tensor_maps(c, p, ptrs)?)?;
+        let mut args = [arg(&params), arg(&maps)];
+        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
+        // maps describe the caller's buffers, which it keeps alive.
+        return unsafe { gpu.launch_ex(&f, cfg, &mut [], &mut args) };
+    }
     let (k_slice, splits) = match v {
         Version::Tensor(c, _) => split_slices(p, c),
         _ => {
@@ -431,6 +448,27 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         unsafe { gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(hopper)], &mut args) }?;
     }
     Ok(())
+}
+
+/// The tensor maps of A and B for the `wgmma` configuration `c`, in their storage orientation:
+/// an operand stored K-major is read a whole tile (`BM` or `BN` rows) of 64 K at a time, one
+/// stored MN-major in boxes of 64 K rows × 64 of M or N.
+fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<[CUtensorMap; 2]> {
+    let matrix = |ptr, (rows, cols), ld| tma::Matrix {
+        ptr,
+        rows,
+        cols,
+        ld,
+    };
+    let a = matrix(ptrs.a, p.a_dims(), p.lda);
+    let b = matrix(ptrs.b, p.b_dims(), p.ldb);
+    let a_rows = if p.layout.trans_a() { 64 } else { c.block.0 };
+    let b_rows = if p.layout.trans_b() { c.block.1 } else { 64 };
+    let map = |m: &tma::Matrix, rows: usize, name| {
+        tma::tiled_map(m, rows as u32)
+            .with_context(|| format!("{} reads {name} through the copy engine", c.name))
+    };
+    Ok([map(&a, a_rows, "A")?, map(&b, b_rows, "B")?])
 }
 
 /// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons.

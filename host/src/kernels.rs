@@ -93,7 +93,7 @@ mod tests {
             .filter(|(_, sm)| *sm <= p.sm)
             .map(|(n, _)| n.to_string())
             .collect();
-        for v in Version::all_up_to(p.sm) {
+        for v in Version::all_in(p.target()) {
             names.extend(Layout::ALL.iter().map(|&l| gemm(v, l)));
         }
         names

@@ -9,6 +9,7 @@ pub mod mnist;
 pub mod nccl;
 pub mod ptx;
 pub mod regression;
+pub mod tma;
 
 use anyhow::{Context, Result};
 use std::path::Path;

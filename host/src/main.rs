@@ -18,11 +18,12 @@ struct Cli {
     /// GPU to use (CUDA ordinal).
     #[arg(long, global = true, default_value_t = 0)]
     device: usize,
-    /// Load this embedded PTX (e.g. sm_75) instead of the newest the GPU runs: an older
-    /// architecture's kernels and engine choices on a newer GPU. Its cubin is used only where
-    /// that SASS runs on the GPU; otherwise the driver compiles the PTX.
+    /// Load this embedded PTX (e.g. sm_75, or sm_90 for Hopper without its sm_90a-only
+    /// kernels) instead of the newest the GPU runs: an older architecture's kernels and engine
+    /// choices on a newer GPU. Its cubin is used only where that SASS runs on the GPU; otherwise
+    /// the driver compiles the PTX.
     #[arg(long, global = true, value_name = "SM_XX", value_parser = ptx::parse_arch)]
-    ptx: Option<u32>,
+    ptx: Option<ptx::Arch>,
     /// Take this many KiB as the shared memory a block may use (at most the GPU's own opt-in
     /// limit), so the persistent kernel's check and the GEMM configuration choice behave as on
     /// a GPU with that much.
@@ -643,7 +644,8 @@ mod tests {
             &["host", "gemm", "--max-smem-kb", "64", "--ptx", "sm_75"],
         ] {
             let cli = parse(args).unwrap();
-            assert_eq!((cli.ptx, cli.max_smem_kb), (Some(75), Some(64)), "{args:?}");
+            let sm_75 = ptx::parse_arch("sm_75").ok();
+            assert_eq!((cli.ptx, cli.max_smem_kb), (sm_75, Some(64)), "{args:?}");
         }
         let cli = parse(&["host", "info"]).unwrap();
         assert_eq!((cli.ptx, cli.max_smem_kb), (None, None));

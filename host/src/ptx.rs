@@ -16,7 +16,49 @@ pub struct EmbeddedPtx {
     pub cubin: Option<&'static [u8]>,
 }
 
+/// An architecture as `GPU_ARCHS` and `--ptx` write it: `sm_80`, or `sm_90a`, the
+/// architecture-specific PTX of compute capability 9.0 (`wgmma`), which runs on 9.0 alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arch {
+    pub sm: u32,
+    pub specific: bool,
+}
+
+impl Arch {
+    /// The portable PTX of compute capability `sm`, which every later GPU runs.
+    pub const fn portable(sm: u32) -> Arch {
+        Arch {
+            sm,
+            specific: false,
+        }
+    }
+
+    /// Whether PTX for this architecture runs on a device of compute capability `device`: PTX
+    /// runs on every later major version, an architecture-specific one on its own alone.
+    pub fn runs_on(self, device: u32) -> bool {
+        if self.specific {
+            self.sm == device
+        } else {
+            self.sm <= device
+        }
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "sm_{}{}", self.sm, if self.specific { "a" } else { "" })
+    }
+}
+
 impl EmbeddedPtx {
+    /// The architecture this PTX was built for.
+    pub fn target(&self) -> Arch {
+        Arch {
+            sm: self.sm,
+            specific: self.arch.ends_with('a'),
+        }
+    }
+
     /// The compressed cubin of this PTX if one is embedded and its SASS runs on a device of
     /// compute capability `sm`.
     pub fn cubin_for(&self, sm: u32) -> Option<&'static [u8]> {
@@ -26,7 +68,7 @@ impl EmbeddedPtx {
 
 /// Whether SASS assembled for compute capability `built` runs on a device of `device`: the same
 /// major version, and a minor not above the device's (an sm_80 cubin runs on sm_86; an sm_90
-/// one on sm_90 alone). PTX, unlike SASS, runs on every later major version.
+/// one on sm_90 alone). PTX, unlike SASS, runs on every later major version ([`Arch::runs_on`]).
 pub fn sass_runs_on(built: u32, device: u32) -> bool {
     built / 10 == device / 10 && built <= device
 }
@@ -43,26 +85,29 @@ pub fn decompress(cubin: &[u8]) -> Result<Vec<u8>> {
 include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 
 /// The newest embedded PTX that a device of compute capability `sm` (major·10 + minor) can run:
-/// PTX for sm_X runs on any device ≥ X, and newer PTX can use newer instructions.
+/// PTX for sm_X runs on any device ≥ X, and newer PTX can use newer instructions; at equal
+/// architecture, the architecture-specific PTX, which has more.
 pub fn best_for(sm: u32) -> Option<&'static EmbeddedPtx> {
     best_among(EMBEDDED, sm)
 }
 
 fn best_among(list: &'static [EmbeddedPtx], sm: u32) -> Option<&'static EmbeddedPtx> {
-    list.iter().filter(|p| p.sm <= sm).max_by_key(|p| p.sm)
+    list.iter()
+        .filter(|p| p.target().runs_on(sm))
+        .max_by_key(|p| (p.sm, p.target().specific))
 }
 
 /// The embedded PTX to load on a device of compute capability `sm`: architecture `requested`
 /// (`--ptx`), or without one the newest the device runs. Errors name what is embedded and
 /// what the device is.
-pub fn choose(sm: u32, requested: Option<u32>) -> Result<&'static EmbeddedPtx> {
+pub fn choose(sm: u32, requested: Option<Arch>) -> Result<&'static EmbeddedPtx> {
     choose_among(EMBEDDED, sm, requested)
 }
 
 fn choose_among(
     list: &'static [EmbeddedPtx],
     sm: u32,
-    requested: Option<u32>,
+    requested: Option<Arch>,
 ) -> Result<&'static EmbeddedPtx> {
     let built = || {
         let archs: Vec<_> = list.iter().map(|p| p.arch).collect();
@@ -76,26 +121,40 @@ fn choose_among(
             )
         });
     };
-    let ptx = list.iter().find(|p| p.sm == want).with_context(|| {
+    let ptx = list.iter().find(|p| p.target() == want).with_context(|| {
         format!(
-            "--ptx sm_{want} is not embedded (this build has {}; the GPU is sm_{sm}); rebuild with GPU_ARCHS including it",
+            "--ptx {want} is not embedded (this build has {}; the GPU is sm_{sm}); rebuild with GPU_ARCHS including it",
             built()
         )
     })?;
     anyhow::ensure!(
-        want <= sm,
-        "--ptx sm_{want} is newer than this GPU (sm_{sm}), which cannot run it; embedded: {}",
+        want.sm <= sm,
+        "--ptx {want} is newer than this GPU (sm_{sm}), which cannot run it; embedded: {}",
+        built()
+    );
+    anyhow::ensure!(
+        want.runs_on(sm),
+        "--ptx {want} is specific to compute capability {}.{} and does not run on this GPU (sm_{sm}); embedded: {}",
+        want.sm / 10,
+        want.sm % 10,
         built()
     );
     Ok(ptx)
 }
 
-/// An architecture as `--ptx` takes it, `sm_80`, as its number: 80.
-pub fn parse_arch(s: &str) -> Result<u32, String> {
-    s.strip_prefix("sm_")
-        .filter(|n| (2..=3).contains(&n.len()))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("an architecture is written like sm_80, not {s:?}"))
+/// An architecture as `--ptx` takes it: `sm_80`, or `sm_90a` for an architecture-specific PTX.
+pub fn parse_arch(s: &str) -> Result<Arch, String> {
+    let digits = s.strip_prefix("sm_").unwrap_or("");
+    let (digits, specific) = match digits.strip_suffix('a') {
+        Some(d) => (d, true),
+        None => (digits, false),
+    };
+    (2..=3)
+        .contains(&digits.len())
+        .then(|| digits.parse().ok())
+        .flatten()
+        .map(|sm| Arch { sm, specific })
+        .ok_or_else(|| format!("an architecture is written like sm_80 or sm_90a, not {s:?}"))
 }
 
 /// Names of the kernels (`.entry` functions) in a PTX module.
@@ -127,7 +186,7 @@ pub fn one_block<T>(name: &str) -> String {
 mod tests {
     use super::*;
 
-    static LIST: [EmbeddedPtx; 3] = [
+    static LIST: [EmbeddedPtx; 4] = [
         EmbeddedPtx {
             arch: "sm_75",
             sm: 75,
@@ -146,11 +205,22 @@ mod tests {
             source: "",
             cubin: None,
         },
+        EmbeddedPtx {
+            arch: "sm_90a",
+            sm: 90,
+            source: "",
+            cubin: None,
+        },
     ];
+
+    fn arch(sm: u32) -> Option<Arch> {
+        Some(Arch::portable(sm))
+    }
 
     #[test]
     fn picks_newest_that_the_device_runs() {
-        assert_eq!(best_among(&LIST, 90).unwrap().arch, "sm_90");
+        assert_eq!(best_among(&LIST, 90).unwrap().arch, "sm_90a");
+        assert_eq!(best_among(&LIST, 100).unwrap().arch, "sm_90");
         assert_eq!(best_among(&LIST, 89).unwrap().arch, "sm_80");
         assert_eq!(best_among(&LIST, 75).unwrap().arch, "sm_75");
         assert!(best_among(&LIST, 70).is_none());
@@ -158,29 +228,40 @@ mod tests {
 
     #[test]
     fn a_requested_arch_must_be_embedded_and_not_newer_than_the_device() {
-        assert_eq!(choose_among(&LIST, 90, Some(75)).unwrap().arch, "sm_75");
-        assert_eq!(choose_among(&LIST, 86, Some(80)).unwrap().arch, "sm_80");
-        assert_eq!(choose_among(&LIST, 90, None).unwrap().arch, "sm_90");
+        assert_eq!(choose_among(&LIST, 90, arch(75)).unwrap().arch, "sm_75");
+        assert_eq!(choose_among(&LIST, 86, arch(80)).unwrap().arch, "sm_80");
+        assert_eq!(choose_among(&LIST, 90, arch(90)).unwrap().arch, "sm_90");
+        assert_eq!(choose_among(&LIST, 90, None).unwrap().arch, "sm_90a");
+        let sm_90a = parse_arch("sm_90a").ok();
+        assert_eq!(choose_among(&LIST, 90, sm_90a).unwrap().arch, "sm_90a");
         let err = |sm, want| choose_among(&LIST, sm, want).unwrap_err().to_string();
-        let e = err(90, Some(86));
+        let e = err(90, arch(86));
         assert!(e.contains("sm_86 is not embedded"), "{e}");
         assert!(
-            e.contains("sm_75, sm_90, sm_80") && e.contains("the GPU is sm_90"),
+            e.contains("sm_75, sm_90, sm_80, sm_90a") && e.contains("the GPU is sm_90"),
             "{e}"
         );
-        let e = err(86, Some(90));
+        let e = err(86, arch(90));
         assert!(e.contains("newer than this GPU (sm_86)"), "{e}");
         assert!(e.contains("sm_75, sm_90, sm_80"), "{e}");
+        let e = err(100, sm_90a);
+        assert!(e.contains("specific to compute capability 9.0"), "{e}");
         let e = err(70, None);
         assert!(e.contains("sm_70, older than every embedded PTX"), "{e}");
-        assert!(!e.contains('\n') && !err(90, Some(86)).contains('\n'));
+        assert!(!e.contains('\n') && !err(90, arch(86)).contains('\n'));
     }
 
     #[test]
     fn architectures_parse_as_sm_and_a_number() {
-        assert_eq!(parse_arch("sm_75"), Ok(75));
-        assert_eq!(parse_arch("sm_100"), Ok(100));
-        for bad in ["75", "sm75", "sm_", "sm_8", "sm_80a", "compute_80", ""] {
+        assert_eq!(parse_arch("sm_75"), Ok(arch(75).unwrap()));
+        assert_eq!(parse_arch("sm_100"), Ok(arch(100).unwrap()));
+        let specific = Arch {
+            sm: 90,
+            specific: true,
+        };
+        assert_eq!(parse_arch("sm_90a"), Ok(specific));
+        assert_eq!(specific.to_string(), "sm_90a");
+        for bad in ["75", "sm75", "sm_", "sm_8", "sm_a", "sm_90aa", "compute_80", ""] {
             assert!(parse_arch(bad).is_err(), "{bad}");
         }
     }

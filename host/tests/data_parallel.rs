@@ -95,7 +95,7 @@ fn replicas_open_their_gpus_with_the_runs_options() {
         return;
     };
     let opts = GpuOptions {
-        ptx: Some(older.sm),
+        ptx: Some(older.target()),
         ..GpuOptions::default()
     };
     let g = Gpu::with_options(0, &opts).unwrap();

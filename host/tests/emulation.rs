@@ -8,6 +8,7 @@ use host::cuda::{Gpu, GpuOptions, ModuleForm};
 use host::gemm::{self, Problem, Ptrs, Version};
 use host::mlp::persistent::{self, Feed, Support};
 use host::mlp::{Options, header, train};
+use host::ptx::Arch;
 
 const KIB_64: usize = 64 * 1024;
 
@@ -38,7 +39,7 @@ fn open(oldest: u32, newest: u32, max_smem: Option<usize>) -> Option<Gpu> {
         }
         Some(arch) => {
             let o = GpuOptions {
-                ptx: Some(arch),
+                ptx: Some(Arch::portable(arch)),
                 max_smem,
                 ..GpuOptions::default()
             };
@@ -83,9 +84,10 @@ fn sm75_ptx_trains_mnist_on_the_streamed_persistent_kernel() {
 
 /// Tensor-core configurations of `g`'s PTX that need more than 64 KiB per block.
 fn over_64_kib(g: &Gpu) -> Vec<&'static TileConfig> {
+    let arch = g.ptx.target();
     let big: Vec<_> = TILE_CONFIGS
         .iter()
-        .filter(|c| c.min_sm <= g.ptx.sm && c.smem_bytes() > KIB_64)
+        .filter(|c| c.in_ptx(arch.sm, arch.specific) && c.smem_bytes() > KIB_64)
         .collect();
     assert!(
         !big.is_empty(),
@@ -228,7 +230,7 @@ fn options_the_gpu_cannot_honour_are_errors() {
         assert!(e.contains("--max-smem-kb") && !e.contains('\n'), "{e}");
     }
     let e = error(GpuOptions {
-        ptx: Some(61),
+        ptx: Some(Arch::portable(61)),
         ..GpuOptions::default()
     });
     let device = format!("the GPU is sm_{}", g.sm);
@@ -239,7 +241,7 @@ fn options_the_gpu_cannot_honour_are_errors() {
     assert!(e.contains(g.ptx.arch) && !e.contains('\n'), "{e}");
     if let Some(p) = host::ptx::EMBEDDED.iter().find(|p| p.sm > g.sm) {
         let e = error(GpuOptions {
-            ptx: Some(p.sm),
+            ptx: Some(p.target()),
             ..GpuOptions::default()
         });
         let newer = format!("newer than this GPU (sm_{})", g.sm);

@@ -15,6 +15,21 @@ const SHAPES: [(usize, usize, usize); 6] = [
     (130, 260, 40),
 ];
 
+/// `p` as version `v` takes it: the `wgmma` rungs read operands through the copy engine, whose
+/// rows start 16-byte aligned, so their leading dimensions are rounded up to multiples of 8
+/// (`warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows` checks the refusal of the
+/// rest).
+fn as_read_by(v: Version, p: Problem) -> Problem {
+    match v {
+        Version::Tensor(c, _) if c.is_wgmma() => Problem {
+            lda: p.lda.next_multiple_of(8),
+            ldb: p.ldb.next_multiple_of(8),
+            ..p
+        },
+        _ => p,
+    }
+}
+
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
     (0..n)
         .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
@@ -85,7 +100,8 @@ fn every_version_layout_and_shape_matches_cpu() {
     for v in Version::all_for(&g) {
         for layout in Layout::ALL {
             for (m, n, k) in SHAPES {
-                check_one(&g, v, &Problem::new(m, n, k, layout), &mut rng);
+                let p = as_read_by(v, Problem::new(m, n, k, layout));
+                check_one(&g, v, &p, &mut rng);
             }
         }
     }
@@ -102,26 +118,26 @@ fn epilogues_and_padded_leading_dimensions() {
             let mut p = Problem::new(100, 72, 96, layout);
             p.relu = true;
             p.alpha = 0.5;
-            check_one(&g, v, &p, &mut rng);
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
             // accumulate into C
             let mut p = Problem::new(33, 40, 24, layout);
             p.beta = 1.0;
-            check_one(&g, v, &p, &mut rng);
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
             // whole block tiles inside C, for every tile size: the inline epilogue (bias,
             // ReLU, alpha) and, with beta = 1, the general one
             let mut p = Problem::new(256, 256, 96, layout);
             p.relu = true;
             p.alpha = 0.5;
-            check_one(&g, v, &p, &mut rng);
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
             let mut p = Problem::new(256, 256, 64, layout);
             p.beta = 1.0;
-            check_one(&g, v, &p, &mut rng);
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
             // leading dimensions wider than the rows, odd ones included
             let mut p = Problem::new(50, 70, 90, layout);
             p.lda += 8;
             p.ldb += 3;
             p.ldc += 5;
-            check_one(&g, v, &p, &mut rng);
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
         }
     }
 }
@@ -133,7 +149,7 @@ fn split_k_matches_cpu() {
     let mut rng = StdRng::seed_from_u64(3);
     for v in Version::all_for(&g)
         .into_iter()
-        .filter(|v| matches!(v, Version::Tensor(..)))
+        .filter(|v| matches!(v, Version::Tensor(c, _) if !c.is_wgmma()))
     {
         for layout in Layout::ALL {
             // K not a multiple of the slices, slices not a multiple of K steps, epilogue on.
@@ -186,18 +202,53 @@ fn bad_configs_are_errors() {
     let p = Problem::new(64, 64, 64, Layout::NN);
     let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();
     assert!(e.to_string().contains("shared memory"), "{e}");
-    // A configuration newer than the loaded PTX (there is one unless it is the newest).
+    // A configuration the loaded PTX lacks (there is one unless it is sm_90a).
+    let arch = g.ptx.target();
     for c in gpu::gemm::TILE_CONFIGS
         .iter()
-        .filter(|c| c.min_sm > g.ptx.sm)
+        .filter(|c| !c.in_ptx(arch.sm, arch.specific))
     {
         let v = Version::Tensor(c, gpu::gemm::Accum::F16);
         let e = gemm::launch(&g, v, &p, none).unwrap_err().to_string();
+        let a = if c.is_wgmma() { "a" } else { "" };
         let needs = format!(
-            "needs sm_{} PTX, but the {} PTX is loaded",
+            "needs sm_{}{a} PTX, but the {} PTX is loaded",
             c.min_sm, g.ptx.arch
         );
         assert!(e.contains(&needs), "{e}");
+    }
+}
+
+/// The `wgmma` rungs (sm_90a PTX) on K deep enough for the ring of stages to wrap several times
+/// (the barriers' parities flip), and shapes whose rows are not 16-byte aligned refused with
+/// the reason.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let wgmma: Vec<_> = Version::all_for(&g)
+        .into_iter()
+        .filter(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()))
+        .collect();
+    if wgmma.is_empty() {
+        eprintln!("skipped: wgmma needs sm_90a PTX, and the {} PTX is loaded", g.ptx.arch);
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(4);
+    for &v in &wgmma {
+        for layout in Layout::ALL {
+            let mut p = Problem::new(192, 320, 1000, layout);
+            p.relu = true;
+            check_one(&g, v, &as_read_by(v, p), &mut rng);
+        }
+        let p = Problem::new(64, 64, 100, Layout::NN);
+        let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("reads A through the copy engine")
+                && e.contains("leading dimension 100 is not a multiple of 8"),
+            "{e}"
+        );
     }
 }
 

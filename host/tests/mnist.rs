@@ -224,7 +224,7 @@ fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
         return None;
     }
     let o = GpuOptions {
-        ptx: Some(sm),
+        ptx: Some(host::ptx::Arch::portable(sm)),
         ..GpuOptions::default()
     };
     Some(Gpu::with_options(0, &o).unwrap())

@@ -124,7 +124,7 @@ fn module_loads_and_has_every_named_kernel() {
         .filter(|&&(_, oldest)| oldest <= g.ptx.sm)
         .map(|&(n, _)| n.to_string())
         .collect();
-    for v in Version::all_up_to(g.ptx.sm) {
+    for v in Version::all_in(g.ptx.target()) {
         names.extend(gpu::gemm::Layout::ALL.iter().map(|&l| kernels::gemm(v, l)));
     }
     let missing: Vec<_> = names.iter().filter(|n| g.function(n).is_err()).collect();

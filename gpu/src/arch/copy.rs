@@ -66,6 +66,16 @@ pub fn mbar_expect(bar: u32, bytes: u32) {
     }
 }
 
+/// Arrives at `bar` once (sm_90): a consumer saying it has finished with what the barrier guards.
+#[inline(always)]
+pub fn mbar_arrive(bar: u32) {
+    unsafe {
+        let _state: u64;
+        asm!("mbarrier.arrive.shared::cta.b64 {s}, [{b}];",
+             s = out(reg64) _state, b = in(reg32) bar, options(nostack));
+    }
+}
+
 /// Waits until the phase of `bar` with this parity has completed (sm_90). `CLUSTER`: the phase
 /// is completed by another block's [`st_async`](super::cluster) stores, which must be visible
 /// after it (acquire at cluster scope; the copy engine's bytes need only the block's).

@@ -9,7 +9,8 @@
 //!
 //! What needs a newer architecture than the oldest built (sm_75) says so in its file: `cp.async`
 //! and `m16n8k16` need sm_80; bulk copies, `mbarrier` transaction counts, clusters and
-//! `st.async` need sm_90 with PTX 8.1 ([`HOPPER`]).
+//! `st.async` need sm_90 with PTX 8.1 ([`HOPPER`]); `wgmma` needs the architecture-specific
+//! sm_90a PTX, which runs on compute capability 9.0 alone.
 pub mod cluster;
 pub mod convert;
 pub mod copy;
@@ -18,7 +19,9 @@ pub mod memory;
 pub mod mma;
 pub mod sync;
 pub mod thread;
+pub mod tma;
 pub mod warp;
+pub mod wgmma;
 
 pub use cluster::*;
 pub use convert::*;
@@ -28,8 +31,11 @@ pub use memory::*;
 pub use mma::*;
 pub use sync::*;
 pub use thread::*;
+pub use tma::*;
 pub use warp::*;
+pub use wgmma::*;
 
 /// This build has Hopper's bulk copies, transaction-counting `mbarrier`s, clusters with
 /// distributed shared memory and `st.async` (sm_90 PTX at ISA 8.1: `build.rs` builds sm_90 so).
 pub const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
+

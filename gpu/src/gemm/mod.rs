@@ -16,6 +16,10 @@ mod simt;
 pub use simt::epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
+#[cfg(target_arch = "nvptx64")]
+mod warpgroup;
+
+pub mod descriptor;
 
 /// Independent accumulators per warp in the `mma_roof_*` kernels (`roof.rs`): enough that
 /// the tensor cores never wait on one chain's latency.
@@ -82,26 +86,49 @@ pub struct TileConfig {
     pub name: &'static str,
     /// Threadblock tile (M, N, K): the C tile one block computes and the K slice it stages.
     pub block: (usize, usize, usize),
-    /// Warp tile (M, N): the part of the block tile one warp computes; K is the block's.
+    /// Warp tile (M, N): the part of the block tile one warp computes; K is the block's. On
+    /// `wgmma` rows, the warpgroup tile: what one warpgroup of 4 warps computes.
     pub warp: (usize, usize),
-    /// Instruction shape (M, N, K) of one `mma.sync`: 16×8×8 (sm_75) or 16×8×16 (sm_80+).
+    /// Instruction shape (M, N, K): one `mma.sync`, 16×8×8 (sm_75) or 16×8×16 (sm_80+), or one
+    /// `wgmma`, 64×N×16 (sm_90a).
     pub instruction: (usize, usize, usize),
-    /// Shared-memory stages. 2 with register staging on sm_75, ≥ 2 with `cp.async` on sm_80+.
+    /// Shared-memory stages. 2 with register staging on sm_75, ≥ 2 with `cp.async` on sm_80+ or
+    /// the copy engine's tensor copies on sm_90a.
     pub stages: usize,
     /// Lowest compute capability (×10) the kernel runs on.
     pub min_sm: u32,
 }
 
 impl TileConfig {
-    pub const fn warps(&self) -> usize {
+    /// A warpgroup rung: `wgmma` fed by tensor copies, which needs sm_90a PTX.
+    pub const fn is_wgmma(&self) -> bool {
+        self.instruction.0 == descriptor::WGMMA_M
+    }
+    /// Warps, or on `wgmma` rows warpgroups, of a block.
+    const fn warp_tiles(&self) -> usize {
         (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
     }
     pub const fn threads(&self) -> usize {
-        32 * self.warps()
+        if self.is_wgmma() {
+            128 * self.warp_tiles()
+        } else {
+            32 * self.warp_tiles()
+        }
     }
-    /// Dynamic shared memory the kernel needs, in bytes.
+    /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
+    /// `mbarrier` pair per stage (full, empty) after them.
     pub const fn smem_bytes(&self) -> usize {
-        self.stages * (self.block.0 + self.block.1) * self.block.2 * 2
+        let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
+        if self.is_wgmma() {
+            tiles + self.stages * 16
+        } else {
+            tiles
+        }
+    }
+    /// Whether PTX for compute capability `sm` holds the kernel; `specific`: the PTX is the
+    /// architecture-specific one (sm_90a), which alone has `wgmma`.
+    pub const fn in_ptx(&self, sm: u32, specific: bool) -> bool {
+        self.min_sm <= sm && (specific || !self.is_wgmma())
     }
     /// Uses `cp.async` (sm_80+) rather than register staging.
     pub const fn is_async(&self) -> bool {
@@ -109,36 +136,42 @@ impl TileConfig {
     }
 }
 
-/// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp tile M N,
-/// instruction K (8 or 16), stages, minimum sm. All rows are compiled into every PTX whose
-/// architecture is at least the row's `min_sm`; the host picks among them per shape.
+/// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp (or
+/// warpgroup) tile M N, instruction M N K, stages, minimum sm. All rows are compiled into every
+/// PTX whose architecture is at least the row's `min_sm` (`wgmma` rows, instruction M 64, into
+/// sm_90a PTX only); the host picks among them per shape.
 #[macro_export]
 macro_rules! tile_configs {
     ($then:ident) => {
         $then! {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
-            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 8, 2, 75),
-            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 8, 2, 75),
+            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 75),
+            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 75),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
-            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 3, 80),
-            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 4, 80),
-            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 3, 80),
-            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 3, 80),
-            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 4, 80),
-            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 4, 80),
-            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 3, 80),
+            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 80),
+            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 80),
+            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 80),
+            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 80),
+            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 80),
+            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 80),
+            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 80),
+            // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
+            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 90),
+            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 90),
+            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 90),
         }
     };
 }
 
 macro_rules! config_table {
-    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $sm:expr),)*) => {
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
+        $st:expr, $sm:expr),)*) => {
         /// Every tensor-core configuration, from [`tile_configs!`].
         pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
             name: stringify!($name),
             block: ($bm, $bn, $bk),
             warp: ($wm, $wn),
-            instruction: (16, 8, $ik),
+            instruction: ($im, $in, $ik),
             stages: $st,
             min_sm: $sm,
         }),*];
@@ -219,7 +252,7 @@ mod tests {
 
     #[test]
     fn every_config_partitions_evenly() {
-        for c in TILE_CONFIGS {
+        for c in TILE_CONFIGS.iter().filter(|c| !c.is_wgmma()) {
             let (bm, bn, bk) = c.block;
             let (wm, wn) = c.warp;
             assert_eq!(bm % wm, 0, "{}", c.name);
@@ -254,6 +287,27 @@ mod tests {
             let chunks_b = bn * bk / 8;
             assert_eq!(chunks_a % c.threads(), 0, "{}", c.name);
             assert_eq!(chunks_b % c.threads(), 0, "{}", c.name);
+            assert!(c.threads() <= 1024, "{}", c.name);
+        }
+    }
+
+    /// What the warpgroup kernel assumes of a `wgmma` row: 64-deep 128-byte swizzle rows,
+    /// warpgroups stacked along M over the whole block N, an instruction N it has accumulators
+    /// for, whole 64-wide boxes for MN-major operands, and a box of at most 256 rows.
+    #[test]
+    fn every_wgmma_config_fits_the_warpgroup_kernel() {
+        let rows: Vec<_> = TILE_CONFIGS.iter().filter(|c| c.is_wgmma()).collect();
+        assert!(!rows.is_empty());
+        for c in rows {
+            let (bm, bn, bk) = c.block;
+            assert_eq!(bk, descriptor::BK, "{}", c.name);
+            assert_eq!(c.warp.1, bn, "{}: warpgroups split M only", c.name);
+            assert_eq!(c.instruction, (64, bn, 16), "{}", c.name);
+            assert!(matches!(bn, 128 | 256), "{}: accumulators exist for N 128, 256", c.name);
+            assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);
+            assert!(bm <= 256 && bm % 64 == 0, "{}: one box of A rows", c.name);
+            assert!(c.stages >= 2 && c.min_sm == 90, "{}", c.name);
+            assert!(c.smem_bytes() <= 227 * 1024, "{}: fits Hopper's block", c.name);
             assert!(c.threads() <= 1024, "{}", c.name);
         }
     }

@@ -590,9 +590,10 @@ fn store_pair(
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every row of `tile_configs!` this PTX's
-/// architecture supports.
+/// architecture supports: the `mma.sync` rows (`warpgroup` exports the `wgmma` ones).
 macro_rules! export_tensor {
-    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $sm:tt),)*) => {$(
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
+        $st:expr, $sm:tt),)*) => {$(
         export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $sm);
     )*};
     (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 75) => {
@@ -602,6 +603,7 @@ macro_rules! export_tensor {
         #[cfg(target_feature = "sm_80")]
         export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, true);
     };
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 90) => {};
     (@acc $($cfg:tt)*) => {
         export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
         export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);

@@ -1,0 +1,143 @@
+//! Where the warpgroup rungs keep their operand tiles in shared memory, how a `wgmma` matrix
+//! descriptor points at them, and which accumulator element each thread holds: arithmetic the
+//! kernels and the CPU tests share.
+//!
+//! Every stage holds a BM×64 tile of A and a BN×64 tile of B (64 = the K step, 128 bytes of fp16)
+//! as the copy engine writes them with its 128-byte swizzle: rows of 128 bytes, the 16-byte chunk
+//! `c` of row `r` stored at chunk `c ^ (r % 8)`, in atoms of 8 rows (1024 bytes) that must start
+//! 1024-aligned, since the hardware swizzles absolute address bits.
+//! - An operand stored K-major (A as `[M][K]`, B as `[N][K]`) arrives as one box of `rows × 64`:
+//!   row `mn` of the tile at `128·mn`.
+//! - One stored MN-major (A as `[K][M]`, B as `[K][N]`) arrives as boxes of 64(k) × 64(mn), one
+//!   per 64 MN, each [`MN_CHUNK_BYTES`] long: element (mn, k) in chunk `mn / 64`, row `k`.
+//!
+//! Either way the 64-row block `b` of a tile starts at `b · 8192`, and one `k16` instruction step
+//! moves the descriptor by 32 bytes (K-major: along the row, inside the swizzle) or 2048 bytes
+//! (MN-major: 16 rows down).
+
+/// fp16 elements along K of one stage: one 128-byte swizzle row.
+pub const BK: usize = 64;
+/// Rows of one swizzle atom, and its bytes (its start must be aligned to them).
+pub const ATOM_ROWS: u32 = 8;
+pub const ATOM_BYTES: u32 = 1024;
+/// Bytes of one 64(k) × 64(mn) box of an MN-major operand.
+pub const MN_CHUNK_BYTES: u32 = 64 * 128;
+/// Rows (or MN) of the A block one `wgmma` takes: instructions are m64.
+pub const WGMMA_M: usize = 64;
+
+/// The 14-bit fields of a descriptor hold byte quantities in units of 16.
+const fn field(bytes: u32) -> u64 {
+    ((bytes & 0x3_FFFF) >> 4) as u64
+}
+
+/// The `wgmma` descriptor of a 128-byte-swizzled operand at shared address `addr`: start
+/// address (bits 0-13), leading byte offset (16-29), stride byte offset (32-45), base offset 0
+/// (the atoms are 1024-aligned) and the 128-byte swizzle mode, 1 (bits 62-63).
+pub const fn descriptor(addr: u32, leading: u32, stride: u32) -> u64 {
+    field(addr) | field(leading) << 16 | field(stride) << 32 | 1 << 62
+}
+
+/// The descriptor of 64-row block `block`, k16 step `ks`, of the tile at `tile`. K-major: the
+/// leading offset is unused for swizzled layouts (set to 16 as CUTLASS does) and 8-row groups
+/// are one atom apart. MN-major: the leading offset steps from one 64-wide MN chunk to the next,
+/// and 8-row groups of K are one atom apart.
+pub const fn operand_descriptor(tile: u32, k_major: bool, block: u32, ks: u32) -> u64 {
+    let start = tile + block * MN_CHUNK_BYTES;
+    if k_major {
+        descriptor(start + 32 * ks, 16, ATOM_BYTES)
+    } else {
+        descriptor(start + 16 * 128 * ks, MN_CHUNK_BYTES, ATOM_BYTES)
+    }
+}
+
+/// (row, col) in the warpgroup's 64×N tile of the adjacent pair `j` of accumulators held by
+/// `thread` (0..128): fp32 registers `2j` and `2j+1`, or f16x2 register `j`, hold columns `col`
+/// and `col + 1`. Each warp holds 16 rows, laid out as the `mma.sync` m16n8 C fragment repeated
+/// every 8 columns.
+pub const fn accumulator_pair(thread: usize, j: usize) -> (usize, usize) {
+    let (warp, lane) = (thread / 32, thread % 32);
+    (16 * warp + lane / 4 + 8 * (j & 1), 8 * (j >> 1) + 2 * (lane % 4))
+}
+
+/// The shared byte offset, from a tile's start, at which the copy engine's 128-byte swizzle puts
+/// element (mn, k) of a 64-deep tile of `rows` MN (the layout `operand_descriptor` describes).
+pub const fn swizzled_element(k_major: bool, mn: usize, k: usize) -> usize {
+    let (chunk_base, row, col) = if k_major {
+        (0, mn, k)
+    } else {
+        ((mn / 64) * MN_CHUNK_BYTES as usize, k, mn % 64)
+    };
+    let chunk = (col / 8) ^ (row % ATOM_ROWS as usize);
+    chunk_base + row * 128 + chunk * 16 + (col % 8) * 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_k_major_descriptor_is_the_published_constant() {
+        // The descriptor of a K-major 128B-swizzled tile as hand-written Hopper GEMMs build it:
+        // 0x4000_0040_0001_0000 | (address >> 4).
+        for addr in [0u32, 1024, 0x9400, 0x3_8000] {
+            assert_eq!(
+                operand_descriptor(addr, true, 0, 0),
+                0x4000_0040_0001_0000 | (addr as u64 >> 4)
+            );
+        }
+    }
+
+    #[test]
+    fn descriptors_step_through_blocks_and_k() {
+        let d = |k_major, block, ks| operand_descriptor(0x1_0000, k_major, block, ks);
+        // The address field (bits 0-13) moves by the byte step / 16; nothing else changes.
+        assert_eq!(d(true, 0, 3) - d(true, 0, 0), 3 * 32 / 16);
+        assert_eq!(d(true, 1, 0) - d(true, 0, 0), 8192 / 16);
+        assert_eq!(d(false, 0, 2) - d(false, 0, 0), 2 * 2048 / 16);
+        assert_eq!(d(false, 1, 0) - d(false, 0, 0), 8192 / 16);
+        assert_eq!((d(false, 0, 0) >> 16) & 0x3fff, 8192 / 16, "leading: next MN chunk");
+        assert_eq!((d(true, 0, 0) >> 32) & 0x3fff, 1024 / 16, "stride: next 8-row atom");
+        assert_eq!(d(true, 0, 0) >> 62, 1, "128-byte swizzle");
+    }
+
+    /// The element each (block, ks) descriptor starts at lies where the swizzle puts element
+    /// (64·block, 16·ks), and every element of a tile has its own 16-bit slot.
+    #[test]
+    fn swizzled_tiles_are_one_to_one_and_blocks_start_where_descriptors_point() {
+        for k_major in [true, false] {
+            let rows = 256;
+            let mut seen = vec![false; rows * BK];
+            for mn in 0..rows {
+                for k in 0..BK {
+                    let at = swizzled_element(k_major, mn, k);
+                    assert!(at % 2 == 0 && at / 2 < seen.len());
+                    assert!(!std::mem::replace(&mut seen[at / 2], true));
+                }
+            }
+            for block in 0..4u32 {
+                for ks in 0..4u32 {
+                    let d = operand_descriptor(0, k_major, block, ks);
+                    let start = (d & 0x3fff) as usize * 16;
+                    let (mn, k) = (64 * block as usize, 16 * ks as usize);
+                    // Row 0 of an atom is not permuted, so the step lands on the element.
+                    assert_eq!(start, swizzled_element(k_major, mn, k), "{k_major} {block} {ks}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_accumulators_of_a_warpgroup_cover_its_tile_once() {
+        for n in [64, 128, 256] {
+            let mut seen = vec![0u8; WGMMA_M * n];
+            for thread in 0..128 {
+                for j in 0..n / 4 {
+                    let (r, c) = accumulator_pair(thread, j);
+                    seen[r * n + c] += 1;
+                    seen[r * n + c + 1] += 1;
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1), "n = {n}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The warpgroup rungs (sm_90a): `wgmma.mma_async` reading both operands from shared memory,
+//! which the copy engine fills through tensor maps (TMA) in a ring of stages.
+//!
+//! Hierarchy: a threadblock computes a BM×BN tile of C, walking K in steps of 64 ([`BK`]); each
+//! of its consumer warpgroups owns `MI` blocks of 64 rows × BN (the warpgroup tile), made of one
+//! m64nBNk16 instruction per block and k16 step. Shared memory is laid out as
+//! [`super::descriptor`] says; `full[s]` counts the bytes of stage `s` landing, `empty[s]` the
+//! warpgroups that have finished reading it. Thread 0 issues the copies: it refills stage `s`
+//! with the K step `STAGES` ahead once `empty[s]` completes.
+use super::Args;
+use super::descriptor::{ATOM_BYTES, BK, MN_CHUNK_BYTES, WGMMA_M, accumulator_pair};
+use super::descriptor::operand_descriptor;
+use super::simt::epilogue;
+use crate::arch::*;
+
+/// A warpgroup's accumulators for one m64nN instruction, fp32 or f16x2.
+pub trait Accumulator: Copy {
+    const ZERO: Self;
+    /// `self += A·B` over one k16 step; `A_MN`/`B_MN`: the operand is stored MN-major.
+    fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64);
+    /// The two fp32 values of pair `j` (see [`accumulator_pair`]).
+    fn pair(&self, j: usize) -> (f32, f32);
+}
+
+macro_rules! accumulator {
+    ($ty:ty, f32, $mma:ident) => {
+        impl Accumulator for $ty {
+            const ZERO: Self = [0.0; _];
+            #[inline(always)]
+            fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64) {
+                $mma::<A_MN, B_MN>(self, a, b)
+            }
+            #[inline(always)]
+            fn pair(&self, j: usize) -> (f32, f32) {
+                (self[2 * j], self[2 * j + 1])
+            }
+        }
+    };
+    ($ty:ty, f16, $mma:ident) => {
+        impl Accumulator for $ty {
+            const ZERO: Self = [0; _];
+            #[inline(always)]
+            fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64) {
+                $mma::<A_MN, B_MN>(self, a, b)
+            }
+            #[inline(always)]
+            fn pair(&self, j: usize) -> (f32, f32) {
+                (h2f(self[j] as u16), h2f((self[j] >> 16) as u16))
+            }
+        }
+    };
+}
+accumulator!([f32; 64], f32, wgmma_m64n128k16_f32);
+accumulator!([u32; 32], f16, wgmma_m64n128k16_f16);
+accumulator!([f32; 128], f32, wgmma_m64n256k16_f32);
+accumulator!([u32; 64], f16, wgmma_m64n256k16_f16);
+
+/// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
+#[repr(C, align(1024))]
+struct Atom([u8; ATOM_BYTES as usize]);
+
+/// The warpgroup GEMM: `WG` consumer warpgroups along M, each `MI` 64-row blocks of a BN-wide
+/// tile (BM = 64·MI·WG), `STAGES` stages. `A_MN`/`B_MN`: the operand is stored MN-major (A as
+/// `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`, B as `[N][K]`). `maps` holds the tensor maps of A and B, 128 bytes each, as the host
+/// encoded them for this problem.
+#[inline(always)]
+pub fn gemm<
+    A: Accumulator,
+    const BN: usize,
+    const MI: usize,
+    const WG: usize,
+    const STAGES: usize,
+    const A_MN: bool,
+    const B_MN: bool,
+>(
+    p: Args,
+    maps: *const u8,
+) {
+    let bm = WGMMA_M * MI * WG;
+    let (a_bytes, b_bytes) = ((bm * BK * 2) as u32, (BN * BK * 2) as u32);
+    let stage_bytes = a_bytes + b_bytes;
+    let smem = shared_addr(dynamic_shared::<Atom>());
+    let a_tile = |s: u32| smem + s * stage_bytes;
+    let b_tile = |s: u32| a_tile(s) + a_bytes;
+    let full = |s: u32| smem + STAGES as u32 * stage_bytes + 8 * s;
+    let empty = |s: u32| full(STAGES as u32) + 8 * s;
+    let (map_a, map_b) = (maps, unsafe { maps.add(128) });
+    let tid = thread_x();
+    let (bm0, bn0) = (block_y() * bm as u32, block_x() * BN as u32);
+    let ktiles = p.k.div_ceil(BK as u32);
+
+    if tid == 0 {
+        tensormap_acquire(map_a);
+        tensormap_acquire(map_b);
+        for s in 0..STAGES as u32 {
+            mbar_init(full(s), 1);
+            mbar_init(empty(s), WG as u32);
+        }
+    }
+    sync_threads();
+    // Launched as a dependent on sm_90: the set-up above overlaps the kernel before.
+    wait_for_prior_grids();
+
+    // K step `kt` into stage `s`: A then B, in boxes of the storage orientation.
+    let fetch = |s: u32, kt: u32| {
+        let k0 = kt * BK as u32;
+        mbar_expect(full(s), stage_bytes);
+        if A_MN {
+            for c in 0..(bm / 64) as u32 {
+                tma_load_2d(a_tile(s) + c * MN_CHUNK_BYTES, map_a, (bm0 + 64 * c, k0), full(s));
+            }
+        } else {
+            tma_load_2d(a_tile(s), map_a, (k0, bm0), full(s));
+        }
+        if B_MN {
+            for c in 0..(BN / 64) as u32 {
+                tma_load_2d(b_tile(s) + c * MN_CHUNK_BYTES, map_b, (bn0 + 64 * c, k0), full(s));
+            }
+        } else {
+            tma_load_2d(b_tile(s), map_b, (k0, bn0), full(s));
+        }
+    };
+    if tid == 0 {
+        for kt in 0..ktiles.min(STAGES as u32) {
+            fetch(kt, kt);
+        }
+    }
+
+    let wg = tid / 128;
+    let mut acc = [A::ZERO; MI];
+    for kt in 0..ktiles {
+        let (s, parity) = (kt % STAGES as u32, (kt / STAGES as u32) & 1);
+        mbar_wait::<false>(full(s), parity);
+        wgmma_fence();
+        for ks in 0..(BK / 16) as u32 {
+            let b = operand_descriptor(b_tile(s), !B_MN, 0, ks);
+            for (mi, acc) in acc.iter_mut().enumerate() {
+                let a = operand_descriptor(a_tile(s), !A_MN, wg * MI as u32 + mi as u32, ks);
+                acc.mma::<A_MN, B_MN>(a, b);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait::<0>();
+        if tid % 128 == 0 {
+            mbar_arrive(empty(s));
+        }
+        if tid == 0 && kt + (STAGES as u32) < ktiles {
+            mbar_wait::<false>(empty(s), parity);
+            fetch(s, kt + STAGES as u32);
+        }
+    }
+    launch_dependents();
+
+    let row0 = bm0 + (wg as usize * MI * WGMMA_M) as u32;
+    for (mi, acc) in acc.iter().enumerate() {
+        for j in 0..BN / 4 {
+            let (r, c) = accumulator_pair(tid as usize % 128, j);
+            let (v0, v1) = acc.pair(j);
+            store_pair(&p, row0 + (mi * WGMMA_M + r) as u32, bn0 + c as u32, v0, v1);
+        }
+    }
+}
+
+/// Outputs (i, j) and (i, j+1) through the shared epilogue, skipping what lies outside C, as
+/// one 4-byte store where both lie inside and the pair is aligned.
+#[inline(always)]
+fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
+    if i >= p.m || j >= p.n {
+        return;
+    }
+    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
+    let h0 = epilogue(p, i, j, v0);
+    if j + 1 < p.n {
+        let h1 = epilogue(p, i, j + 1, v1);
+        if (dst as usize).is_multiple_of(4) {
+            unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
+        } else {
+            unsafe {
+                *dst = h0;
+                *dst.add(1) = h1;
+            }
+        }
+    } else {
+        unsafe { *dst = h0 };
+    }
+}
+
+/// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (minimum sm
+/// 90) into sm_90a PTX: block tile `bm`×`bn`, warpgroup tile `wm`×`bn`, `st` stages.
+macro_rules! export_warpgroup {
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
+        $st:expr, $sm:tt),)*) => {$(
+        export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, $st);
+    )*};
+    (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
+        #[cfg(target_feature = "sm_90a")]
+        const _: () = {
+            export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $st);
+            export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $st);
+            export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $st);
+            export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $st);
+            export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $st);
+            export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $st);
+        };
+    };
+    (@sm $other:tt, $($row:tt)*) => {};
+    (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
+     $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
+        const _: () = {
+            #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
+            unsafe extern "ptx-kernel" fn kernel(p: Args, maps: *const u8) {
+                gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $a_mn, $b_mn>(p, maps);
+            }
+        };
+    };
+}
+crate::tile_configs!(export_warpgroup);
