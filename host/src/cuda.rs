@@ -77,8 +77,6 @@ pub struct Gpu {
     smem_device: usize,
     smem: usize,
     functions: Mutex<HashMap<String, CudaFunction>>,
-    /// Where the tensor maps of the next launch that reads through the copy engine go.
-    tensor_maps: CudaSlice<u8>,
 }
 
 impl Gpu {
@@ -114,7 +112,6 @@ impl Gpu {
         let (_, highest) = cudarc::driver::result::stream::get_priority_range()?;
         let stream = ctx.new_stream_with_priority(highest)?;
         let sms = ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-        let tensor_maps = stream.alloc_zeros(2 * crate::tma::MAP_BYTES)?;
         Ok(Gpu {
             ctx,
             stream,
@@ -127,7 +124,6 @@ impl Gpu {
             smem_device,
             smem,
             functions: Mutex::new(HashMap::new()),
-            tensor_maps,
         })
     }
 
@@ -233,21 +229,6 @@ impl Gpu {
 
     pub fn sync(&self) -> Result<()> {
         Ok(self.stream.synchronize()?)
-    }
-
-    /// Copies two tensor maps into device memory on the stream and returns their address, for
-    /// the next kernel on the stream to read. One buffer serves every launch: the stream orders
-    /// each copy after the kernels before it. (A graph capturing this copy would replay it from
-    /// a host array long gone, so nothing captured launches through here.)
-    pub fn upload_tensor_maps(&self, maps: &[cudarc::driver::sys::CUtensorMap; 2]) -> Result<u64> {
-        let dst = dptr(&self.tensor_maps, &self.stream);
-        // SAFETY: the maps are plain bytes, and `dst` holds as many; the copy from pageable
-        // host memory has read them when the call returns.
-        unsafe {
-            let bytes = std::slice::from_raw_parts(maps.as_ptr().cast::<u8>(), size_of_val(maps));
-            cudarc::driver::result::memcpy_htod_async(dst, bytes, self.stream.cu_stream())
-        }?;
-        Ok(dst)
     }
 
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {

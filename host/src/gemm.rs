@@ -7,7 +7,8 @@ use crate::tma;
 use anyhow::{Context, Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID, CUtensorMap};
+use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
+use gpu::gemm::descriptor::TensorMaps;
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
 };
@@ -291,8 +292,7 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
 /// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
 ///
-/// The `wgmma` rungs are not among them: they read tensor maps copied to the GPU at each launch,
-/// a copy that the MLP's captured step would replay from a stale host array.
+/// The `wgmma` rungs are not among them yet: the layered step keeps its `mma.sync` kernels.
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
@@ -392,7 +392,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         && c.is_wgmma()
     {
         ensure!(p.split_k <= 1, "{} does not split K", v.label());
-        let maps = gpu.upload_tensor_maps(&tensor_maps(c, p, ptrs)?)?;
+        let maps = tensor_maps(c, p, ptrs)?;
         let mut args = [arg(&params), arg(&maps)];
         // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
         // maps describe the caller's buffers, which it keeps alive.
@@ -453,7 +453,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
 /// The tensor maps of A and B for the `wgmma` configuration `c`, in their storage orientation:
 /// an operand stored K-major is read a whole tile (`BM` or `BN` rows) of 64 K at a time, one
 /// stored MN-major in boxes of 64 K rows × 64 of M or N.
-fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<[CUtensorMap; 2]> {
+fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
     let matrix = |ptr, (rows, cols), ld| tma::Matrix {
         ptr,
         rows,
@@ -468,7 +468,10 @@ fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<[CUtensorMap; 
         tma::tiled_map(m, rows as u32)
             .with_context(|| format!("{} reads {name} through the copy engine", c.name))
     };
-    Ok([map(&a, a_rows, "A")?, map(&b, b_rows, "B")?])
+    Ok(TensorMaps {
+        a: map(&a, a_rows, "A")?.opaque,
+        b: map(&b, b_rows, "B")?.opaque,
+    })
 }
 
 /// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons.

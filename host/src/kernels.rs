@@ -155,6 +155,36 @@ mod tests {
         }
     }
 
+    /// The `wgmma` kernels take the GEMM's `Args`, then their tensor maps by value, which the
+    /// copy engine reads in place: declared 64-byte aligned (as `build.rs` raises them).
+    #[test]
+    fn warpgroup_kernels_declare_their_tensor_maps_64_byte_aligned() {
+        use crate::ptx::{one_block, parameters};
+        use gpu::gemm::descriptor::TensorMaps;
+        let specific: Vec<_> = EMBEDDED.iter().filter(|p| p.target().specific).collect();
+        if specific.is_empty() {
+            eprintln!("skipped: this build embeds no sm_90a PTX");
+            return;
+        }
+        for p in specific {
+            let wgmma = Version::all_in(p.target())
+                .into_iter()
+                .filter(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()));
+            for v in wgmma {
+                for l in Layout::ALL {
+                    let name = gemm(v, l);
+                    let args = one_block::<gpu::gemm::Args>(&name);
+                    let maps = format!(
+                        ".param .align 64 .b8 {name}_param_1[{}]",
+                        size_of::<TensorMaps>()
+                    );
+                    let want = format!("{args},\n\t{maps}");
+                    assert_eq!(parameters(p.source, &name), Some(want.as_str()));
+                }
+            }
+        }
+    }
+
     #[test]
     fn gemm_names_cover_every_version_layout_and_accumulator() {
         let c = &gpu::gemm::TILE_CONFIGS[0];

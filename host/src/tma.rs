@@ -1,16 +1,12 @@
 //! Tensor maps: the descriptors Hopper's copy engine (TMA) reads to move a box of a 2-D tensor
 //! between global and shared memory. The driver encodes them on the host
 //! (`cuTensorMapEncodeTiled`); the kernels that use them (the `wgmma` rungs of the GEMM ladder)
-//! read them from global memory, where [`Gpu::upload_tensor_maps`](crate::cuda::Gpu) puts them
-//! before each launch.
+//! take them by value as a parameter (`gpu::gemm::descriptor::TensorMaps`).
 use anyhow::{Result, ensure};
 use cudarc::driver::sys::{
     self, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
     CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-
-/// Bytes of one encoded tensor map.
-pub const MAP_BYTES: usize = std::mem::size_of::<CUtensorMap>();
 
 /// A row-major fp16 matrix in global memory as the copy engine needs it described.
 #[derive(Clone, Copy, Debug)]
@@ -89,9 +85,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tensor_map_is_128_bytes() {
-        assert_eq!(MAP_BYTES, 128);
-        assert_eq!(std::mem::align_of::<CUtensorMap>(), 64);
+    fn a_tensor_map_is_what_the_kernels_parameter_holds() {
+        use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps};
+        assert_eq!(size_of::<CUtensorMap>(), MAP_BYTES);
+        assert_eq!(size_of::<TensorMaps>(), 2 * MAP_BYTES);
     }
 
     #[test]

@@ -2,17 +2,27 @@
 //! tensor from global to shared memory on the copy engine, as a tensor map built on the host
 //! describes it (shape, strides, box, 128-byte swizzle, zero fill outside the tensor), and
 //! counts its bytes at an `mbarrier` ([`super::copy`]).
+//!
+//! The maps are kernel parameters, passed by value, and read in place: a map in global memory
+//! would need a copy before every launch (which a captured graph cannot repeat) and a proxy
+//! fence in the kernel.
 use core::arch::asm;
 
-/// Makes the tensor map at `map` (in global memory, written before the launch) visible to the
-/// copy engine's tensor-map proxy, which does not see generic writes by itself.
-#[inline(always)]
-pub fn tensormap_acquire(map: *const u8) {
-    unsafe {
-        asm!("fence.proxy.tensormap::generic.acquire.gpu [{m}], 128;",
-             m = in(reg64) map, options(nostack));
-    }
+/// The generic address of the kernel parameter whose PTX name is `$symbol`
+/// (`<kernel>_param_<i>`), so the copy engine reads a tensor map where the launch put it. Rust
+/// offers no way to name a parameter's own address (taking a reference copies it to local
+/// memory), hence the symbol.
+macro_rules! param_address {
+    ($symbol:expr) => {{
+        let a: u64;
+        unsafe {
+            core::arch::asm!(concat!("mov.b64 {a}, ", $symbol, ";"), "cvta.param.u64 {a}, {a};",
+                             a = out(reg64) a, options(pure, nomem, nostack));
+        }
+        a as *const u8
+    }};
 }
+pub(crate) use param_address;
 
 /// Copies the box whose first element is at coordinates (`x` innermost, `y`) of the tensor of
 /// `map` into shared memory at `dst`, completing its bytes at `bar`. Elements outside the tensor

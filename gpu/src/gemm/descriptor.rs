@@ -25,6 +25,20 @@ pub const MN_CHUNK_BYTES: u32 = 64 * 128;
 /// Rows (or MN) of the A block one `wgmma` takes: instructions are m64.
 pub const WGMMA_M: usize = 64;
 
+/// Bytes of one tensor map (`CUtensorMap`), which must lie 64-byte aligned.
+pub const MAP_BYTES: usize = 128;
+
+/// The second parameter of every `wgmma` kernel, by value: the tensor maps of A and B, encoded
+/// by the host for the problem (`cuTensorMapEncodeTiled`), read in place by the copy engine,
+/// which needs them 64-byte aligned. rustc's kernel ABI aligns a parameter to at most 16, so
+/// `build.rs` raises this one's `.param` alignment to 64 in the PTX.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug)]
+pub struct TensorMaps {
+    pub a: [u64; MAP_BYTES / 8],
+    pub b: [u64; MAP_BYTES / 8],
+}
+
 /// The 14-bit fields of a descriptor hold byte quantities in units of 16.
 const fn field(bytes: u32) -> u64 {
     ((bytes & 0x3_FFFF) >> 4) as u64

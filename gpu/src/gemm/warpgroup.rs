@@ -8,8 +8,8 @@
 //! warpgroups that have finished reading it. Thread 0 issues the copies: it refills stage `s`
 //! with the K step `STAGES` ahead once `empty[s]` completes.
 use super::Args;
-use super::descriptor::{ATOM_BYTES, BK, MN_CHUNK_BYTES, WGMMA_M, accumulator_pair};
-use super::descriptor::operand_descriptor;
+use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, TensorMaps, WGMMA_M};
+use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::epilogue;
 use crate::arch::*;
 
@@ -61,8 +61,8 @@ struct Atom([u8; ATOM_BYTES as usize]);
 
 /// The warpgroup GEMM: `WG` consumer warpgroups along M, each `MI` 64-row blocks of a BN-wide
 /// tile (BM = 64·MI·WG), `STAGES` stages. `A_MN`/`B_MN`: the operand is stored MN-major (A as
-/// `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`, B as `[N][K]`). `maps` holds the tensor maps of A and B, 128 bytes each, as the host
-/// encoded them for this problem.
+/// `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`, B as `[N][K]`). `maps` is the generic address of the kernel's [`TensorMaps`] parameter:
+/// the copy engine reads the maps where the launch put them.
 #[inline(always)]
 pub fn gemm<
     A: Accumulator,
@@ -84,14 +84,12 @@ pub fn gemm<
     let b_tile = |s: u32| a_tile(s) + a_bytes;
     let full = |s: u32| smem + STAGES as u32 * stage_bytes + 8 * s;
     let empty = |s: u32| full(STAGES as u32) + 8 * s;
-    let (map_a, map_b) = (maps, unsafe { maps.add(128) });
+    let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
     let tid = thread_x();
     let (bm0, bn0) = (block_y() * bm as u32, block_x() * BN as u32);
     let ktiles = p.k.div_ceil(BK as u32);
 
     if tid == 0 {
-        tensormap_acquire(map_a);
-        tensormap_acquire(map_b);
         for s in 0..STAGES as u32 {
             mbar_init(full(s), 1);
             mbar_init(empty(s), WG as u32);
@@ -208,7 +206,8 @@ macro_rules! export_warpgroup {
      $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
         const _: () = {
             #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
-            unsafe extern "ptx-kernel" fn kernel(p: Args, maps: *const u8) {
+            unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: TensorMaps) {
+                let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
                 gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $a_mn, $b_mn>(p, maps);
             }
         };
