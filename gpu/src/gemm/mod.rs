@@ -104,13 +104,15 @@ impl TileConfig {
     pub const fn is_wgmma(&self) -> bool {
         self.instruction.0 == descriptor::WGMMA_M
     }
-    /// Warps, or on `wgmma` rows warpgroups, of a block.
+    /// Warps, or on `wgmma` rows consumer warpgroups, of a block.
     const fn warp_tiles(&self) -> usize {
         (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
     }
+    /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups and the
+    /// producer warpgroup that issues the copies.
     pub const fn threads(&self) -> usize {
         if self.is_wgmma() {
-            128 * self.warp_tiles()
+            128 * (self.warp_tiles() + 1)
         } else {
             32 * self.warp_tiles()
         }

@@ -5,8 +5,8 @@
 //! of its consumer warpgroups owns `MI` blocks of 64 rows × BN (the warpgroup tile), made of one
 //! m64nBNk16 instruction per block and k16 step. Shared memory is laid out as
 //! [`super::descriptor`] says; `full[s]` counts the bytes of stage `s` landing, `empty[s]` the
-//! warpgroups that have finished reading it. Thread 0 issues the copies: it refills stage `s`
-//! with the K step `STAGES` ahead once `empty[s]` completes.
+//! consumer warpgroups that have finished reading it. One thread of a producer warpgroup issues
+//! the copies: it refills stage `s` with the K step `STAGES` ahead once `empty[s]` completes.
 use super::Args;
 use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, TensorMaps, WGMMA_M};
 use super::descriptor::{accumulator_pair, operand_descriptor};
@@ -60,7 +60,7 @@ accumulator!([u32; 64], f16, wgmma_m64n256k16_f16);
 struct Atom([u8; ATOM_BYTES as usize]);
 
 /// The warpgroup GEMM: `WG` consumer warpgroups along M, each `MI` 64-row blocks of a BN-wide
-/// tile (BM = 64·MI·WG), `STAGES` stages. `A_MN`/`B_MN`: the operand is stored MN-major (A as
+/// tile (BM = 64·MI·WG), and one producer warpgroup after them; `STAGES` stages. `A_MN`/`B_MN`: the operand is stored MN-major (A as
 /// `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`, B as `[N][K]`). `maps` is the generic address of the kernel's [`TensorMaps`] parameter:
 /// the copy engine reads the maps where the launch put them.
 #[inline(always)]
@@ -118,16 +118,29 @@ pub fn gemm<
             tma_load_2d(b_tile(s), map_b, (k0, bn0), full(s));
         }
     };
-    if tid == 0 {
-        for kt in 0..ktiles.min(STAGES as u32) {
-            fetch(kt, kt);
+    let wg = tid / 128;
+    let stage = |kt: u32| (kt % STAGES as u32, (kt / STAGES as u32) & 1);
+    if wg == WG as u32 {
+        // The producer: one thread refills each stage once the consumers have released its
+        // previous K step (phase `use - 1` of its `empty` barrier).
+        if tid == 128 * WG as u32 {
+            for kt in 0..ktiles {
+                let (s, parity) = stage(kt);
+                if kt >= STAGES as u32 {
+                    mbar_wait::<false>(empty(s), parity ^ 1);
+                }
+                fetch(s, kt);
+            }
         }
+        launch_dependents();
+        return;
     }
 
-    let wg = tid / 128;
+    // The consumers: one batch of wgmma per K step, kept in flight while the next is issued;
+    // a stage is released once the batch that read it has completed.
     let mut acc = [A::ZERO; MI];
     for kt in 0..ktiles {
-        let (s, parity) = (kt % STAGES as u32, (kt / STAGES as u32) & 1);
+        let (s, parity) = stage(kt);
         mbar_wait::<false>(full(s), parity);
         wgmma_fence();
         for ks in 0..(BK / 16) as u32 {
@@ -138,15 +151,12 @@ pub fn gemm<
             }
         }
         wgmma_commit();
-        wgmma_wait::<0>();
-        if tid % 128 == 0 {
-            mbar_arrive(empty(s));
-        }
-        if tid == 0 && kt + (STAGES as u32) < ktiles {
-            mbar_wait::<false>(empty(s), parity);
-            fetch(s, kt + STAGES as u32);
+        wgmma_wait::<1>();
+        if kt > 0 && tid % 128 == 0 {
+            mbar_arrive(empty(stage(kt - 1).0));
         }
     }
+    wgmma_wait::<0>();
     launch_dependents();
 
     let row0 = bm0 + (wg as usize * MI * WGMMA_M) as u32;
