@@ -75,7 +75,10 @@ impl Version {
     /// Every version the PTX of architecture `arch` holds, SIMT first.
     pub fn all_in(arch: Arch) -> Vec<Version> {
         let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
-        for c in TILE_CONFIGS.iter().filter(|c| c.in_ptx(arch.sm, arch.specific)) {
+        for c in TILE_CONFIGS
+            .iter()
+            .filter(|c| c.in_ptx(arch.sm, arch.specific))
+        {
             v.push(Version::Tensor(c, Accum::F16));
             v.push(Version::Tensor(c, Accum::F32));
         }

@@ -261,7 +261,16 @@ mod tests {
         };
         assert_eq!(parse_arch("sm_90a"), Ok(specific));
         assert_eq!(specific.to_string(), "sm_90a");
-        for bad in ["75", "sm75", "sm_", "sm_8", "sm_a", "sm_90aa", "compute_80", ""] {
+        for bad in [
+            "75",
+            "sm75",
+            "sm_",
+            "sm_8",
+            "sm_a",
+            "sm_90aa",
+            "compute_80",
+            "",
+        ] {
             assert!(parse_arch(bad).is_err(), "{bad}");
         }
     }

@@ -24,7 +24,10 @@ impl Matrix {
     /// aligned (the address, and the leading dimension a multiple of 8 elements).
     pub fn unsupported(&self) -> Option<String> {
         if !self.ptr.is_multiple_of(16) {
-            return Some(format!("its address {:#x} is not 16-byte aligned", self.ptr));
+            return Some(format!(
+                "its address {:#x} is not 16-byte aligned",
+                self.ptr
+            ));
         }
         if !self.ld.is_multiple_of(8) {
             return Some(format!(

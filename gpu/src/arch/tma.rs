@@ -11,7 +11,8 @@ use core::arch::asm;
 /// The generic address of the kernel parameter whose PTX name is `$symbol`
 /// (`<kernel>_param_<i>`), so the copy engine reads a tensor map where the launch put it. Rust
 /// offers no way to name a parameter's own address (taking a reference copies it to local
-/// memory), hence the symbol.
+/// memory), hence the symbol. Built where its users, the `wgmma` kernels, are: sm_90a PTX.
+#[cfg(target_feature = "sm_90a")]
 macro_rules! param_address {
     ($symbol:expr) => {{
         let a: u64;
@@ -22,6 +23,7 @@ macro_rules! param_address {
         a as *const u8
     }};
 }
+#[cfg(target_feature = "sm_90a")]
 pub(crate) use param_address;
 
 /// Copies the box whose first element is at coordinates (`x` innermost, `y`) of the tensor of

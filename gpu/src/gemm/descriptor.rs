@@ -70,7 +70,10 @@ pub const fn operand_descriptor(tile: u32, k_major: bool, block: u32, ks: u32) -
 /// every 8 columns.
 pub const fn accumulator_pair(thread: usize, j: usize) -> (usize, usize) {
     let (warp, lane) = (thread / 32, thread % 32);
-    (16 * warp + lane / 4 + 8 * (j & 1), 8 * (j >> 1) + 2 * (lane % 4))
+    (
+        16 * warp + lane / 4 + 8 * (j & 1),
+        8 * (j >> 1) + 2 * (lane % 4),
+    )
 }
 
 /// The shared byte offset, from a tile's start, at which the copy engine's 128-byte swizzle puts
@@ -109,8 +112,16 @@ mod tests {
         assert_eq!(d(true, 1, 0) - d(true, 0, 0), 8192 / 16);
         assert_eq!(d(false, 0, 2) - d(false, 0, 0), 2 * 2048 / 16);
         assert_eq!(d(false, 1, 0) - d(false, 0, 0), 8192 / 16);
-        assert_eq!((d(false, 0, 0) >> 16) & 0x3fff, 8192 / 16, "leading: next MN chunk");
-        assert_eq!((d(true, 0, 0) >> 32) & 0x3fff, 1024 / 16, "stride: next 8-row atom");
+        assert_eq!(
+            (d(false, 0, 0) >> 16) & 0x3fff,
+            8192 / 16,
+            "leading: next MN chunk"
+        );
+        assert_eq!(
+            (d(true, 0, 0) >> 32) & 0x3fff,
+            1024 / 16,
+            "stride: next 8-row atom"
+        );
         assert_eq!(d(true, 0, 0) >> 62, 1, "128-byte swizzle");
     }
 
@@ -124,7 +135,7 @@ mod tests {
             for mn in 0..rows {
                 for k in 0..BK {
                     let at = swizzled_element(k_major, mn, k);
-                    assert!(at % 2 == 0 && at / 2 < seen.len());
+                    assert!(at.is_multiple_of(2) && at / 2 < seen.len());
                     assert!(!std::mem::replace(&mut seen[at / 2], true));
                 }
             }
@@ -134,7 +145,11 @@ mod tests {
                     let start = (d & 0x3fff) as usize * 16;
                     let (mn, k) = (64 * block as usize, 16 * ks as usize);
                     // Row 0 of an atom is not permuted, so the step lands on the element.
-                    assert_eq!(start, swizzled_element(k_major, mn, k), "{k_major} {block} {ks}");
+                    assert_eq!(
+                        start,
+                        swizzled_element(k_major, mn, k),
+                        "{k_major} {block} {ks}"
+                    );
                 }
             }
         }

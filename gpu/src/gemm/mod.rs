@@ -16,7 +16,7 @@ mod simt;
 pub use simt::epilogue;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
-#[cfg(target_arch = "nvptx64")]
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup;
 
 pub mod descriptor;
@@ -161,6 +161,8 @@ macro_rules! tile_configs {
             (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 90),
             (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 90),
             (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 90),
+            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 90),
+            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 90),
         }
     };
 }
@@ -305,11 +307,19 @@ mod tests {
             assert_eq!(bk, descriptor::BK, "{}", c.name);
             assert_eq!(c.warp.1, bn, "{}: warpgroups split M only", c.name);
             assert_eq!(c.instruction, (64, bn, 16), "{}", c.name);
-            assert!(matches!(bn, 128 | 256), "{}: accumulators exist for N 128, 256", c.name);
+            assert!(
+                matches!(bn, 128 | 256),
+                "{}: accumulators exist for N 128, 256",
+                c.name
+            );
             assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);
             assert!(bm <= 256 && bm % 64 == 0, "{}: one box of A rows", c.name);
             assert!(c.stages >= 2 && c.min_sm == 90, "{}", c.name);
-            assert!(c.smem_bytes() <= 227 * 1024, "{}: fits Hopper's block", c.name);
+            assert!(
+                c.smem_bytes() <= 227 * 1024,
+                "{}: fits Hopper's block",
+                c.name
+            );
             assert!(c.threads() <= 1024, "{}", c.name);
         }
     }

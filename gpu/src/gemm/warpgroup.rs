@@ -8,7 +8,7 @@
 //! consumer warpgroups that have finished reading it. One thread of a producer warpgroup issues
 //! the copies: it refills stage `s` with the K step `STAGES` ahead once `empty[s]` completes.
 use super::Args;
-use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, TensorMaps, WGMMA_M};
+use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
 use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::epilogue;
 use crate::arch::*;
@@ -59,10 +59,45 @@ accumulator!([u32; 64], f16, wgmma_m64n256k16_f16);
 #[repr(C, align(1024))]
 struct Atom([u8; ATOM_BYTES as usize]);
 
+/// The ring of stages in shared memory (each an A tile then a B tile), then one `full` and one
+/// `empty` barrier per stage.
+#[derive(Clone, Copy)]
+struct Ring<const STAGES: usize> {
+    base: u32,
+    a_bytes: u32,
+    b_bytes: u32,
+}
+
+impl<const STAGES: usize> Ring<STAGES> {
+    #[inline(always)]
+    fn a(&self, s: u32) -> u32 {
+        self.base + s * (self.a_bytes + self.b_bytes)
+    }
+    #[inline(always)]
+    fn b(&self, s: u32) -> u32 {
+        self.a(s) + self.a_bytes
+    }
+    #[inline(always)]
+    fn full(&self, s: u32) -> u32 {
+        self.a(STAGES as u32) + 8 * s
+    }
+    #[inline(always)]
+    fn empty(&self, s: u32) -> u32 {
+        self.full(STAGES as u32) + 8 * s
+    }
+    /// Stage and phase parity of K step `kt`.
+    #[inline(always)]
+    fn slot(kt: u32) -> (u32, u32) {
+        (kt % STAGES as u32, (kt / STAGES as u32) & 1)
+    }
+}
+
 /// The warpgroup GEMM: `WG` consumer warpgroups along M, each `MI` 64-row blocks of a BN-wide
-/// tile (BM = 64·MI·WG), and one producer warpgroup after them; `STAGES` stages. `A_MN`/`B_MN`: the operand is stored MN-major (A as
-/// `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`, B as `[N][K]`). `maps` is the generic address of the kernel's [`TensorMaps`] parameter:
-/// the copy engine reads the maps where the launch put them.
+/// tile (BM = 64·MI·WG), and one producer warpgroup after them; `STAGES` stages. `A_MN`/`B_MN`:
+/// the operand is stored MN-major (A as `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`,
+/// B as `[N][K]`). `maps` is the generic address of the kernel's
+/// [`TensorMaps`](super::descriptor::TensorMaps) parameter: the copy engine reads the maps where
+/// the launch put them.
 #[inline(always)]
 pub fn gemm<
     A: Accumulator,
@@ -77,94 +112,122 @@ pub fn gemm<
     maps: *const u8,
 ) {
     let bm = WGMMA_M * MI * WG;
-    let (a_bytes, b_bytes) = ((bm * BK * 2) as u32, (BN * BK * 2) as u32);
-    let stage_bytes = a_bytes + b_bytes;
-    let smem = shared_addr(dynamic_shared::<Atom>());
-    let a_tile = |s: u32| smem + s * stage_bytes;
-    let b_tile = |s: u32| a_tile(s) + a_bytes;
-    let full = |s: u32| smem + STAGES as u32 * stage_bytes + 8 * s;
-    let empty = |s: u32| full(STAGES as u32) + 8 * s;
-    let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
-    let tid = thread_x();
-    let (bm0, bn0) = (block_y() * bm as u32, block_x() * BN as u32);
-    let ktiles = p.k.div_ceil(BK as u32);
-
-    if tid == 0 {
+    let ring = Ring::<STAGES> {
+        base: shared_addr(dynamic_shared::<Atom>()),
+        a_bytes: (bm * BK * 2) as u32,
+        b_bytes: (BN * BK * 2) as u32,
+    };
+    let origin = (block_y() * bm as u32, block_x() * BN as u32);
+    if thread_x() == 0 {
         for s in 0..STAGES as u32 {
-            mbar_init(full(s), 1);
-            mbar_init(empty(s), WG as u32);
+            mbar_init(ring.full(s), 1);
+            mbar_init(ring.empty(s), WG as u32);
         }
     }
     sync_threads();
     // Launched as a dependent on sm_90: the set-up above overlaps the kernel before.
     wait_for_prior_grids();
+    if thread_x() / 128 == WG as u32 {
+        if thread_x() == 128 * WG as u32 {
+            produce::<STAGES, A_MN, B_MN>(ring, origin, (bm as u32, BN as u32), p.k, maps);
+        }
+    } else {
+        consume::<A, BN, MI, STAGES, A_MN, B_MN>(&p, ring, origin);
+    }
+    launch_dependents();
+}
 
-    // K step `kt` into stage `s`: A then B, in boxes of the storage orientation.
-    let fetch = |s: u32, kt: u32| {
-        let k0 = kt * BK as u32;
-        mbar_expect(full(s), stage_bytes);
+/// The producer (one thread): every K step of the block's `bm`×`bn` tile at `(m0, n0)` into
+/// the ring, each stage refilled once the consumers have released its previous K step.
+#[inline(always)]
+fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
+    ring: Ring<STAGES>,
+    (m0, n0): (u32, u32),
+    (bm, bn): (u32, u32),
+    k: u32,
+    maps: *const u8,
+) {
+    let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
+    for kt in 0..k.div_ceil(BK as u32) {
+        let (s, parity) = Ring::<STAGES>::slot(kt);
+        if kt >= STAGES as u32 {
+            mbar_wait::<false>(ring.empty(s), parity ^ 1);
+        }
+        let (k0, full) = (kt * BK as u32, ring.full(s));
+        mbar_expect(full, ring.a_bytes + ring.b_bytes);
         if A_MN {
-            for c in 0..(bm / 64) as u32 {
-                tma_load_2d(a_tile(s) + c * MN_CHUNK_BYTES, map_a, (bm0 + 64 * c, k0), full(s));
+            for c in 0..bm / 64 {
+                tma_load_2d(
+                    ring.a(s) + c * MN_CHUNK_BYTES,
+                    map_a,
+                    (m0 + 64 * c, k0),
+                    full,
+                );
             }
         } else {
-            tma_load_2d(a_tile(s), map_a, (k0, bm0), full(s));
+            tma_load_2d(ring.a(s), map_a, (k0, m0), full);
         }
         if B_MN {
-            for c in 0..(BN / 64) as u32 {
-                tma_load_2d(b_tile(s) + c * MN_CHUNK_BYTES, map_b, (bn0 + 64 * c, k0), full(s));
+            for c in 0..bn / 64 {
+                tma_load_2d(
+                    ring.b(s) + c * MN_CHUNK_BYTES,
+                    map_b,
+                    (n0 + 64 * c, k0),
+                    full,
+                );
             }
         } else {
-            tma_load_2d(b_tile(s), map_b, (k0, bn0), full(s));
+            tma_load_2d(ring.b(s), map_b, (k0, n0), full);
+        }
+    }
+}
+
+/// A consumer warpgroup: one batch of wgmma per K step, kept in flight while the next is
+/// issued, a stage released once the batch that read it has completed; then the epilogue.
+#[inline(always)]
+fn consume<
+    A: Accumulator,
+    const BN: usize,
+    const MI: usize,
+    const STAGES: usize,
+    const A_MN: bool,
+    const B_MN: bool,
+>(
+    p: &Args,
+    ring: Ring<STAGES>,
+    (m0, n0): (u32, u32),
+) {
+    let (wg, leader) = (thread_x() / 128, thread_x().is_multiple_of(128));
+    let release = |kt: u32| {
+        if leader {
+            mbar_arrive(ring.empty(Ring::<STAGES>::slot(kt).0));
         }
     };
-    let wg = tid / 128;
-    let stage = |kt: u32| (kt % STAGES as u32, (kt / STAGES as u32) & 1);
-    if wg == WG as u32 {
-        // The producer: one thread refills each stage once the consumers have released its
-        // previous K step (phase `use - 1` of its `empty` barrier).
-        if tid == 128 * WG as u32 {
-            for kt in 0..ktiles {
-                let (s, parity) = stage(kt);
-                if kt >= STAGES as u32 {
-                    mbar_wait::<false>(empty(s), parity ^ 1);
-                }
-                fetch(s, kt);
-            }
-        }
-        launch_dependents();
-        return;
-    }
-
-    // The consumers: one batch of wgmma per K step, kept in flight while the next is issued;
-    // a stage is released once the batch that read it has completed.
     let mut acc = [A::ZERO; MI];
-    for kt in 0..ktiles {
-        let (s, parity) = stage(kt);
-        mbar_wait::<false>(full(s), parity);
+    for kt in 0..p.k.div_ceil(BK as u32) {
+        let (s, parity) = Ring::<STAGES>::slot(kt);
+        mbar_wait::<false>(ring.full(s), parity);
         wgmma_fence();
         for ks in 0..(BK / 16) as u32 {
-            let b = operand_descriptor(b_tile(s), !B_MN, 0, ks);
+            let b = operand_descriptor(ring.b(s), !B_MN, 0, ks);
             for (mi, acc) in acc.iter_mut().enumerate() {
-                let a = operand_descriptor(a_tile(s), !A_MN, wg * MI as u32 + mi as u32, ks);
-                acc.mma::<A_MN, B_MN>(a, b);
+                let block = wg * MI as u32 + mi as u32;
+                acc.mma::<A_MN, B_MN>(operand_descriptor(ring.a(s), !A_MN, block, ks), b);
             }
         }
         wgmma_commit();
         wgmma_wait::<1>();
-        if kt > 0 && tid % 128 == 0 {
-            mbar_arrive(empty(stage(kt - 1).0));
+        if kt > 0 {
+            release(kt - 1);
         }
     }
     wgmma_wait::<0>();
-    launch_dependents();
-
-    let row0 = bm0 + (wg as usize * MI * WGMMA_M) as u32;
+    let row0 = m0 + wg * (MI * WGMMA_M) as u32;
     for (mi, acc) in acc.iter().enumerate() {
         for j in 0..BN / 4 {
-            let (r, c) = accumulator_pair(tid as usize % 128, j);
+            let (r, c) = accumulator_pair(thread_x() as usize % 128, j);
             let (v0, v1) = acc.pair(j);
-            store_pair(&p, row0 + (mi * WGMMA_M + r) as u32, bn0 + c as u32, v0, v1);
+            store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
         }
     }
 }
@@ -194,14 +257,14 @@ fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (minimum sm
-/// 90) into sm_90a PTX: block tile `bm`×`bn`, warpgroup tile `wm`×`bn`, `st` stages.
+/// 90; this module is built into sm_90a PTX alone): block tile `bm`×`bn`, warpgroup tile
+/// `wm`×`bn`, `st` stages.
 macro_rules! export_warpgroup {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $sm:tt),)*) => {$(
         export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, $st);
     )*};
     (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
-        #[cfg(target_feature = "sm_90a")]
         const _: () = {
             export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $st);
             export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $st);
@@ -216,7 +279,7 @@ macro_rules! export_warpgroup {
      $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
         const _: () = {
             #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
-            unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: TensorMaps) {
+            unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
                 let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
                 gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $a_mn, $b_mn>(p, maps);
             }
