@@ -198,11 +198,11 @@ impl Gpu {
         }
     }
 
-    /// Why `ptx` was loaded: `chosen with --ptx`, or `newest not above sm_90`.
+    /// Why `ptx` was loaded: `chosen with --ptx`, or `newest that sm_90 runs`.
     pub fn ptx_choice(&self) -> String {
         match self.options.ptx {
             Some(_) => "chosen with --ptx".into(),
-            None => format!("newest not above sm_{}", self.sm),
+            None => format!("newest that sm_{} runs", self.sm),
         }
     }
 

@@ -295,7 +295,8 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
 /// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
 ///
-/// The `wgmma` rungs are not among them yet: the layered step keeps its `mma.sync` kernels.
+/// The `wgmma` rungs are not among them: they run by name (`--config`), and the MLP's steps
+/// use `mma.sync` kernels.
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
@@ -394,12 +395,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
     {
-        ensure!(p.split_k <= 1, "{} does not split K", v.label());
-        let maps = tensor_maps(c, p, ptrs)?;
-        let mut args = [arg(&params), arg(&maps)];
-        // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
-        // maps describe the caller's buffers, which it keeps alive.
-        return unsafe { gpu.launch_ex(&f, cfg, &mut [], &mut args) };
+        return launch_warpgroup(gpu, (&f, cfg), c, p, ptrs, &params);
     }
     let (k_slice, splits) = match v {
         Version::Tensor(c, _) => split_slices(p, c),
@@ -453,23 +449,64 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     Ok(())
 }
 
-/// The tensor maps of A and B for the `wgmma` configuration `c`, in their storage orientation:
-/// an operand stored K-major is read a whole tile (`BM` or `BN` rows) of 64 K at a time, one
-/// stored MN-major in boxes of 64 K rows × 64 of M or N.
-fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
+/// Launches the `wgmma` kernel `f` of configuration `c`: its arguments are `params` and the
+/// tensor maps of the operands.
+fn launch_warpgroup(
+    gpu: &Gpu,
+    (f, cfg): (&cudarc::driver::CudaFunction, LaunchConfig),
+    c: &TileConfig,
+    p: &Problem,
+    ptrs: Ptrs,
+    params: &gpu::gemm::Args,
+) -> Result<()> {
+    ensure!(p.split_k <= 1, "{} does not split K", c.name);
+    let maps = tensor_maps(c, p, ptrs)?;
+    let mut args = [arg(params), arg(&maps)];
+    // SAFETY: the arguments are the kernel's parameters, in order and of its types; the maps
+    // describe the caller's buffers, which it keeps alive.
+    unsafe { gpu.launch_ex(f, cfg, &mut [], &mut args) }
+}
+
+/// Why version `v` cannot run `p` on these buffers, where it cannot for a reason of the
+/// operands alone: the `wgmma` rungs read them through the copy engine, which needs rows that
+/// start 16-byte aligned.
+pub fn refuses(v: Version, p: &Problem, ptrs: Ptrs) -> Option<String> {
+    let Version::Tensor(c, _) = v else {
+        return None;
+    };
+    if !c.is_wgmma() {
+        return None;
+    }
+    let (a, b) = operands(p, ptrs);
+    a.unsupported()
+        .map(|why| format!("A: {why}"))
+        .or_else(|| b.unsupported().map(|why| format!("B: {why}")))
+}
+
+/// A and B of `p` as the copy engine sees them: stored rows, columns and leading dimension.
+fn operands(p: &Problem, ptrs: Ptrs) -> (tma::Matrix, tma::Matrix) {
     let matrix = |ptr, (rows, cols), ld| tma::Matrix {
         ptr,
         rows,
         cols,
         ld,
     };
-    let a = matrix(ptrs.a, p.a_dims(), p.lda);
-    let b = matrix(ptrs.b, p.b_dims(), p.ldb);
+    (
+        matrix(ptrs.a, p.a_dims(), p.lda),
+        matrix(ptrs.b, p.b_dims(), p.ldb),
+    )
+}
+
+/// The tensor maps of A and B for the `wgmma` configuration `c`, in their storage orientation:
+/// an operand stored K-major is read a whole tile (`BM` or `BN` rows) of 64 K at a time, one
+/// stored MN-major in boxes of 64 K rows × 64 of M or N.
+fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
+    let (a, b) = operands(p, ptrs);
     let a_rows = if p.layout.trans_a() { 64 } else { c.block.0 };
     let b_rows = if p.layout.trans_b() { c.block.1 } else { 64 };
     let map = |m: &tma::Matrix, rows: usize, name| {
         tma::tiled_map(m, rows as u32)
-            .with_context(|| format!("{} reads {name} through the copy engine", c.name))
+            .with_context(|| format!("{} reads {name} through a tensor map", c.name))
     };
     Ok(TensorMaps {
         a: map(&a, a_rows, "A")?.opaque,

@@ -300,6 +300,10 @@ fn shape_rows(
         if matches!(v, Version::Simt(_)) && m.max(n).max(k) > bench.simt_max {
             continue;
         }
+        if let Some(why) = gemm::refuses(v, &p, ptrs) {
+            writeln!(out, "# {} on {label}: skipped, {why}", v.label())?;
+            continue;
+        }
         let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
         rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
     }

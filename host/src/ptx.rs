@@ -115,10 +115,17 @@ fn choose_among(
     };
     let Some(want) = requested else {
         return best_among(list, sm).with_context(|| {
-            format!(
-                "this GPU is sm_{sm}, older than every embedded PTX ({}); rebuild with GPU_ARCHS including an older arch",
-                built()
-            )
+            if list.iter().any(|p| p.sm <= sm) {
+                format!(
+                    "no embedded PTX runs on this GPU (sm_{sm}): {} is specific to its own compute capability; rebuild with GPU_ARCHS including a portable arch such as sm_90",
+                    built()
+                )
+            } else {
+                format!(
+                    "this GPU is sm_{sm}, older than every embedded PTX ({}); rebuild with GPU_ARCHS including an older arch",
+                    built()
+                )
+            }
         });
     };
     let ptx = list.iter().find(|p| p.target() == want).with_context(|| {
@@ -248,6 +255,18 @@ mod tests {
         assert!(e.contains("specific to compute capability 9.0"), "{e}");
         let e = err(70, None);
         assert!(e.contains("sm_70, older than every embedded PTX"), "{e}");
+        static SPECIFIC: [EmbeddedPtx; 1] = [EmbeddedPtx {
+            arch: "sm_90a",
+            sm: 90,
+            source: "",
+            cubin: None,
+        }];
+        let e = choose_among(&SPECIFIC, 100, None).unwrap_err().to_string();
+        assert!(
+            e.contains("no embedded PTX runs on this GPU (sm_100)"),
+            "{e}"
+        );
+        assert!(e.contains("sm_90a is specific"), "{e}");
         assert!(!e.contains('\n') && !err(90, arch(86)).contains('\n'));
     }
 

@@ -44,7 +44,7 @@ impl Matrix {
 /// as zeros, which is how tiles at the edges are padded.
 pub fn tiled_map(m: &Matrix, box_rows: u32) -> Result<CUtensorMap> {
     if let Some(why) = m.unsupported() {
-        anyhow::bail!("the copy engine cannot read this operand: {why}");
+        anyhow::bail!("the copy engine cannot read it: {why}");
     }
     ensure!(
         (1..=256).contains(&box_rows),
@@ -108,6 +108,6 @@ mod tests {
         let e = m(0x1000, 12).unsupported().unwrap();
         assert!(e.contains("leading dimension 12"), "{e}");
         let e = tiled_map(&m(0x1000, 4), 64).unwrap_err().to_string();
-        assert!(e.contains("cannot read this operand"), "{e}");
+        assert!(e.contains("the copy engine cannot read it"), "{e}");
     }
 }

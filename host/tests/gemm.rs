@@ -143,7 +143,8 @@ fn epilogues_and_padded_leading_dimensions() {
             let mut p = Problem::new(256, 256, 64, layout);
             p.beta = 1.0;
             check_one(&g, v, &as_read_by(v, p), &mut rng);
-            // leading dimensions wider than the rows, odd ones included
+            // leading dimensions wider than the rows, odd ones included (the wgmma rungs' A and
+            // B rounded up to whole 16-byte rows)
             let mut p = Problem::new(50, 70, 90, layout);
             p.lda += 8;
             p.ldb += 3;
@@ -228,6 +229,25 @@ fn bad_configs_are_errors() {
         );
         assert!(e.contains(&needs), "{e}");
     }
+    // On sm_90a, the portable sm_90 PTX of the same GPU lacks the wgmma rows.
+    let portable = host::ptx::Arch::portable(90);
+    if arch.specific && host::ptx::EMBEDDED.iter().any(|p| p.target() == portable) {
+        let o = host::cuda::GpuOptions {
+            ptx: Some(portable),
+            ..Default::default()
+        };
+        let g90 = Gpu::with_options(0, &o).unwrap();
+        let c = gpu::gemm::TILE_CONFIGS
+            .iter()
+            .find(|c| c.is_wgmma())
+            .unwrap();
+        let v = Version::Tensor(c, gpu::gemm::Accum::F16);
+        let e = gemm::launch(&g90, v, &p, none).unwrap_err().to_string();
+        assert!(
+            e.contains("needs sm_90a PTX, but the sm_90 PTX is loaded"),
+            "{e}"
+        );
+    }
 }
 
 /// The `wgmma` rungs (sm_90a PTX) on K deep enough for the ring of stages to wrap several times
@@ -268,10 +288,16 @@ fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
         let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
         let e = format!("{e:#}");
         assert!(
-            e.contains("reads A through the copy engine")
+            e.contains("reads A through a tensor map: the copy engine cannot read it")
                 && e.contains("leading dimension 100 is not a multiple of 8"),
             "{e}"
         );
+        let why = gemm::refuses(v, &p, Ptrs::default()).unwrap();
+        assert!(why.starts_with("A: its leading dimension 100"), "{why}");
+        let mut p = Problem::new(64, 64, 128, Layout::NN);
+        p.split_k = 2;
+        let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
+        assert!(e.to_string().contains("does not split K"), "{e}");
     }
 }
 

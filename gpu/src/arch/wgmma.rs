@@ -27,13 +27,6 @@ pub fn wgmma_wait<const N: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {n};", n = const N, options(nostack)) };
 }
 
-/// Makes this thread's generic-proxy writes to shared memory visible to the async proxy
-/// (`wgmma` operands and bulk copies read through it).
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
-}
-
 /// One `wgmma` function per accumulator type and instruction N: `D += A·B` with A (64×16) and B
 /// (16×N) read through descriptors `a` and `b`. `A_MN`/`B_MN` say that an operand is stored
 /// MN-major (the instruction's transpose immediates); otherwise it is K-major. The accumulator list is written out because every

@@ -127,10 +127,14 @@ impl TileConfig {
             tiles
         }
     }
-    /// Whether PTX for compute capability `sm` holds the kernel; `specific`: the PTX is the
-    /// architecture-specific one (sm_90a), which alone has `wgmma`.
+    /// Whether PTX for compute capability `sm` holds the kernel; `specific`: the PTX is an
+    /// architecture-specific one. `wgmma` exists in sm_90a PTX alone.
     pub const fn in_ptx(&self, sm: u32, specific: bool) -> bool {
-        self.min_sm <= sm && (specific || !self.is_wgmma())
+        if self.is_wgmma() {
+            specific && sm == 90
+        } else {
+            self.min_sm <= sm
+        }
     }
     /// Uses `cp.async` (sm_80+) rather than register staging.
     pub const fn is_async(&self) -> bool {

@@ -125,8 +125,6 @@ pub fn gemm<
         }
     }
     sync_threads();
-    // Launched as a dependent on sm_90: the set-up above overlaps the kernel before.
-    wait_for_prior_grids();
     if thread_x() / 128 == WG as u32 {
         if thread_x() == 128 * WG as u32 {
             produce::<STAGES, A_MN, B_MN>(ring, origin, (bm as u32, BN as u32), p.k, maps);
@@ -134,7 +132,6 @@ pub fn gemm<
     } else {
         consume::<A, BN, MI, STAGES, A_MN, B_MN>(&p, ring, origin);
     }
-    launch_dependents();
 }
 
 /// The producer (one thread): every K step of the block's `bm`×`bn` tile at `(m0, n0)` into
@@ -198,11 +195,6 @@ fn consume<
     (m0, n0): (u32, u32),
 ) {
     let (wg, leader) = (thread_x() / 128, thread_x().is_multiple_of(128));
-    let release = |kt: u32| {
-        if leader {
-            mbar_arrive(ring.empty(Ring::<STAGES>::slot(kt).0));
-        }
-    };
     let mut acc = [A::ZERO; MI];
     for kt in 0..p.k.div_ceil(BK as u32) {
         let (s, parity) = Ring::<STAGES>::slot(kt);
@@ -217,8 +209,8 @@ fn consume<
         }
         wgmma_commit();
         wgmma_wait::<1>();
-        if kt > 0 {
-            release(kt - 1);
+        if kt > 0 && leader {
+            mbar_arrive(ring.empty(Ring::<STAGES>::slot(kt - 1).0));
         }
     }
     wgmma_wait::<0>();
@@ -233,7 +225,8 @@ fn consume<
 }
 
 /// Outputs (i, j) and (i, j+1) through the shared epilogue, skipping what lies outside C, as
-/// one 4-byte store where both lie inside and the pair is aligned.
+/// one 4-byte store where both lie inside and the pair is aligned. Inline, unlike the
+/// `mma.sync` rungs' out-of-line pair store: the kernel keeps no calls (`build.rs`, C7510).
 #[inline(always)]
 fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
     if i >= p.m || j >= p.n {
@@ -264,15 +257,15 @@ macro_rules! export_warpgroup {
         $st:expr, $sm:tt),)*) => {$(
         export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, $st);
     )*};
+    // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
+    // both.
     (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
-        const _: () = {
-            export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $st);
-            export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $st);
-            export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $st);
-            export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $st);
-            export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $st);
-            export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $st);
-        };
+        export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $st);
+        export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $st);
+        export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $st);
+        export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $st);
+        export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $st);
+        export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $st);
     };
     (@sm $other:tt, $($row:tt)*) => {};
     (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
