@@ -38,6 +38,31 @@ pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
     f2h(v)
 }
 
+/// Outputs (i, j) and (i, j+1) through [`epilogue`], skipping what lies outside C, as one
+/// 4-byte store where both lie inside and the pair is aligned. The tensor-core rungs' edge
+/// stores: `wgmma` kernels inline it (they keep no calls), `mma.sync` ones call it out of line.
+#[inline(always)]
+pub fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
+    if i >= p.m || j >= p.n {
+        return;
+    }
+    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
+    let h0 = epilogue(p, i, j, v0);
+    if j + 1 < p.n {
+        let h1 = epilogue(p, i, j + 1, v1);
+        if (dst as usize).is_multiple_of(4) {
+            unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
+        } else {
+            unsafe {
+                *dst = h0;
+                *dst.add(1) = h1;
+            }
+        }
+    } else {
+        unsafe { *dst = h0 };
+    }
+}
+
 #[inline(always)]
 fn store(p: &Args, i: u32, j: u32, acc: f32) {
     if i < p.m && j < p.n {

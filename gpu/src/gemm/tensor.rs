@@ -9,7 +9,7 @@
 //!   work on the current one, then stored to the other of two buffers;
 //! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
 use super::Args;
-use super::simt::epilogue;
+use super::simt::store_pair;
 use crate::arch::*;
 use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
 
@@ -493,7 +493,7 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
 }
 
 /// Two adjacent outputs (i, j..j+2), known to lie inside C, with beta = 0: the epilogue of
-/// [`epilogue`] in the same order (alpha, bias, ReLU), stored as one 4-byte word. It repeats
+/// [`epilogue`](super::simt::epilogue) in the same order (alpha, bias, ReLU), stored as one 4-byte word. It repeats
 /// `epilogue` rather than calling it twice to load the bias pair as one word and drop the beta
 /// branch, which calling it twice does not (1-3% slower: `docs/gemm.md`).
 #[inline(always)]
@@ -531,10 +531,10 @@ fn store_partial(m: u32, n: u32, ws: *mut f32, i: u32, j: u32, v: [f32; 4]) {
 #[inline(always)]
 fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
     let (c, bias, relu) = (p.c, p.bias, p.relu);
-    store_pair(
+    store_pair_out_of_line(
         c, p.ldc, p.m, p.n, bias, p.alpha, p.beta, relu, i, j, v[0], v[1],
     );
-    store_pair(
+    store_pair_out_of_line(
         c,
         p.ldc,
         p.m,
@@ -550,11 +550,11 @@ fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
     );
 }
 
-/// Two adjacent outputs through the epilogue. Out of line, with scalar arguments only (they
-/// travel in registers): inlined, its branches would double the PTX of every kernel.
+/// [`store_pair`] out of line, with scalar arguments only (they travel in registers):
+/// inlined, its branches would double the PTX of every kernel.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn store_pair(
+fn store_pair_out_of_line(
     c: *mut u16,
     ldc: u32,
     m: u32,
@@ -568,25 +568,8 @@ fn store_pair(
     v0: f32,
     v1: f32,
 ) {
-    if i >= m || j >= n {
-        return;
-    }
     let p = Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
-    let h0 = epilogue(&p, i, j, v0);
-    let dst = unsafe { c.add((i * ldc + j) as usize) };
-    if j + 1 < n {
-        let h1 = epilogue(&p, i, j + 1, v1);
-        if ldc.is_multiple_of(2) && (c as usize).is_multiple_of(4) {
-            unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
-        } else {
-            unsafe {
-                *dst = h0;
-                *dst.add(1) = h1;
-            }
-        }
-    } else {
-        unsafe { *dst = h0 };
-    }
+    store_pair(&p, i, j, v0, v1);
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every row of `tile_configs!` this PTX's

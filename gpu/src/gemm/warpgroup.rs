@@ -10,7 +10,7 @@
 use super::Args;
 use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
 use super::descriptor::{accumulator_pair, operand_descriptor};
-use super::simt::epilogue;
+use super::simt::store_pair;
 use crate::arch::*;
 
 /// A warpgroup's accumulators for one m64nN instruction, fp32 or f16x2.
@@ -152,30 +152,28 @@ fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
         }
         let (k0, full) = (kt * BK as u32, ring.full(s));
         mbar_expect(full, ring.a_bytes + ring.b_bytes);
-        if A_MN {
-            for c in 0..bm / 64 {
-                tma_load_2d(
-                    ring.a(s) + c * MN_CHUNK_BYTES,
-                    map_a,
-                    (m0 + 64 * c, k0),
-                    full,
-                );
-            }
-        } else {
-            tma_load_2d(ring.a(s), map_a, (k0, m0), full);
+        load_operand::<A_MN>(ring.a(s), map_a, (m0, bm), k0, full);
+        load_operand::<B_MN>(ring.b(s), map_b, (n0, bn), k0, full);
+    }
+}
+
+/// One operand's tile of K step `k0` into shared memory at `dst`: the `rows` of M or N from
+/// `mn0`, as one box where it is stored K-major, or one 64 × 64 box per 64 of them where it is
+/// stored MN-major (`MN`), counted at `full`.
+#[inline(always)]
+fn load_operand<const MN: bool>(
+    dst: u32,
+    map: *const u8,
+    (mn0, rows): (u32, u32),
+    k0: u32,
+    full: u32,
+) {
+    if MN {
+        for c in 0..rows / 64 {
+            tma_load_2d(dst + c * MN_CHUNK_BYTES, map, (mn0 + 64 * c, k0), full);
         }
-        if B_MN {
-            for c in 0..bn / 64 {
-                tma_load_2d(
-                    ring.b(s) + c * MN_CHUNK_BYTES,
-                    map_b,
-                    (n0 + 64 * c, k0),
-                    full,
-                );
-            }
-        } else {
-            tma_load_2d(ring.b(s), map_b, (k0, n0), full);
-        }
+    } else {
+        tma_load_2d(dst, map, (k0, mn0), full);
     }
 }
 
@@ -221,31 +219,6 @@ fn consume<
             let (v0, v1) = acc.pair(j);
             store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
         }
-    }
-}
-
-/// Outputs (i, j) and (i, j+1) through the shared epilogue, skipping what lies outside C, as
-/// one 4-byte store where both lie inside and the pair is aligned. Inline, unlike the
-/// `mma.sync` rungs' out-of-line pair store: the kernel keeps no calls (`build.rs`, C7510).
-#[inline(always)]
-fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
-    if i >= p.m || j >= p.n {
-        return;
-    }
-    let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
-    let h0 = epilogue(p, i, j, v0);
-    if j + 1 < p.n {
-        let h1 = epilogue(p, i, j + 1, v1);
-        if (dst as usize).is_multiple_of(4) {
-            unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
-        } else {
-            unsafe {
-                *dst = h0;
-                *dst.add(1) = h1;
-            }
-        }
-    } else {
-        unsafe { *dst = h0 };
     }
 }
 
