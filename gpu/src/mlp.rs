@@ -1,5 +1,6 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
-//! pass, bias gradients, ReLU backward, and the SGD update. GEMMs come from `gemm`.
+//! pass, bias gradients and the SGD update. GEMMs come from `gemm`, whose epilogue also takes
+//! the ReLUs forward (`relu`) and backward (`gate`).
 use crate::arch::*;
 use crate::params::{GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
@@ -39,9 +40,11 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 }
 
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
-/// in one block. Writes the mean loss to `loss[s]`, the number of rows whose arg-max is the label
-/// to `correct[s]`, and, unless `dlogits` is null, `dlogits = (softmax − onehot) · scale`; `s` is
-/// `*step` (so a replayed graph fills one slot per step), or 0 when `step` is null.
+/// in one block. Writes the mean loss to `loss[s]` and the number of rows whose arg-max is the
+/// label to `correct[s]`; `s` is `*step`, which then advances by one (so a replayed graph fills
+/// one slot per step), or 0 when `step` is null. Unless `dlogits` is null, also the backward:
+/// `dlogits = (softmax − onehot) · scale` (leading dimension `ld`) and the logits' bias
+/// gradient, its column sums, into `db`.
 /// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
 /// one f32 of dynamic shared memory per warp.
 #[unsafe(no_mangle)]
@@ -52,7 +55,7 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
         p.loss as *mut f32,
         p.correct as *mut f32,
     );
-    let step = p.step as *const u32;
+    let step = p.step as *mut u32;
     let (ld, rows, classes, scale) = (p.ld, p.rows, p.classes, p.scale);
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
     let mut r = thread_x();
@@ -79,7 +82,7 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
             for c in 0..classes {
                 let p = ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
                 let g = (p - (c == label) as u32 as f32) * scale;
-                unsafe { *dlogits.add((r * classes + c) as usize) = f2h(g) };
+                unsafe { *dlogits.add((r * ld + c) as usize) = f2h(g) };
             }
         }
         r += block_dim_x();
@@ -87,6 +90,10 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
     let scratch = dynamic_shared::<f32>();
     let l_total = unsafe { block_sum(l_sum, scratch) };
     let c_total = unsafe { block_sum(c_sum, scratch) };
+    if !dlogits.is_null() {
+        // `block_sum`'s barriers have made every row's gradient visible to the whole block.
+        column_sums(dlogits, rows, classes, ld, p.db as *mut u16);
+    }
     if thread_x() == 0 {
         let s = if step.is_null() {
             0
@@ -96,11 +103,36 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
         unsafe {
             *loss.add(s) = l_total / rows as f32;
             *correct.add(s) = c_total;
+            if !step.is_null() {
+                *step = s as u32 + 1;
+            }
         }
     }
 }
 
-/// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix: the bias gradient. Each block sums
+/// `db[c] = Σ_r d[r][c]` by one block: warp `w` sums columns `w`, `w + warps`, …, each lane the
+/// rows `lane`, `lane + 32`, …, then the lanes in a fixed tree: the result does not depend on
+/// timing.
+fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16) {
+    let warps = block_dim_x() / WARP;
+    let mut c = warp_id();
+    while c < cols {
+        let mut sum = 0.0f32;
+        let mut r = lane();
+        while r < rows {
+            sum += h2f(unsafe { *d.add((r * ld + c) as usize) });
+            r += WARP;
+        }
+        let total = warp_sum(sum);
+        if lane() == 0 {
+            unsafe { *db.add(c as usize) = f2h(total) };
+        }
+        c += warps;
+    }
+}
+
+/// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix of leading dimension `ld`: the bias
+/// gradient. Each block sums
 /// [`BIAS_GRAD_COLS`] columns with [`BIAS_GRAD_WARPS`] warps: warp `w` takes rows `w`,
 /// `w + BIAS_GRAD_WARPS`, …, each lane two adjacent columns, so even a few columns (the logits')
 /// are summed by many warps at once. The warps' sums meet in shared memory and are added in
@@ -108,7 +140,13 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
 /// Launch with `BIAS_GRAD_WARPS` warps and `BIAS_GRAD_WARPS × BIAS_GRAD_COLS` f32 of dynamic
 /// shared memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32, db: *mut u16) {
+pub unsafe extern "ptx-kernel" fn bias_grad(
+    dy: *const u16,
+    rows: u32,
+    cols: u32,
+    ld: u32,
+    db: *mut u16,
+) {
     let first = block_x() * BIAS_GRAD_COLS;
     let c = first + 2 * lane();
     let mut sums = [0.0f32; 2];
@@ -117,7 +155,7 @@ pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32
         for (k, sum) in sums.iter_mut().enumerate() {
             let col = c + k as u32;
             if col < cols {
-                *sum += h2f(unsafe { *dy.add((i * cols + col) as usize) });
+                *sum += h2f(unsafe { *dy.add((i * ld + col) as usize) });
             }
         }
         i += BIAS_GRAD_WARPS;
@@ -136,18 +174,6 @@ pub unsafe extern "ptx-kernel" fn bias_grad(dy: *const u16, rows: u32, cols: u32
         }
         unsafe { *db.add((first + t) as usize) = f2h(s) };
     }
-}
-
-/// `dh *= (h > 0)`: back through the ReLU that produced `h`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn relu_backward(dh: *mut u16, h: *const u16, n: u32) {
-    grid_stride(n, |i| {
-        // fp16 bits: positive non-zero values are 0x0001..=0x7fff (NaN excluded by training checks).
-        let hv = unsafe { *h.add(i as usize) };
-        if hv == 0 || hv & 0x8000 != 0 {
-            unsafe { *dh.add(i as usize) = 0 };
-        }
-    });
 }
 
 /// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,
@@ -175,12 +201,4 @@ pub unsafe extern "ptx-kernel" fn f32_to_f16(src: *const f32, dst: *mut u16, n: 
     grid_stride(n, |i| unsafe {
         *dst.add(i as usize) = f2h(*src.add(i as usize))
     });
-}
-
-/// `*step += 1`, the last node of a captured training step.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn advance_step(step: *mut u32) {
-    if global_x() == 0 {
-        unsafe { *step += 1 };
-    }
 }

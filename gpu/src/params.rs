@@ -38,14 +38,16 @@ pub struct SoftmaxCe {
     pub ld: u32,
     /// The factor that scales the logits' gradient.
     pub scale: f32,
-    /// The logits' gradient, `rows × classes` fp16 (dense), or 0 for none.
+    /// The logits' gradient, `rows × classes` fp16 from element `r·ld`, or 0 for none; with it,
+    /// the logits' bias gradient, `classes` fp16.
     pub dlogits: u64,
+    pub db: u64,
     /// Where the mean loss and the count of rows whose arg-max is the label go (f32 each), in
     /// slot `*step`.
     pub loss: u64,
     pub correct: u64,
-    /// Where the slot is read (`u32`), so that a replayed graph fills one slot per step; 0
-    /// for slot 0.
+    /// Where the slot is read (`u32`) and then advanced, so that a replayed graph fills one
+    /// slot per step; 0 for slot 0.
     pub step: u64,
 }
 

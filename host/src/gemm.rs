@@ -252,14 +252,15 @@ impl Problem {
     }
 }
 
-/// Device addresses of the operands (`bias` 0 for none; `ws` the split-K workspace of
-/// [`workspace_len`] f32, 0 when not splitting).
+/// Device addresses of the operands (`bias` and `gate` 0 for none; `ws` the split-K workspace
+/// of [`workspace_len`] f32, 0 when not splitting).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ptrs {
     pub a: u64,
     pub b: u64,
     pub c: u64,
     pub bias: u64,
+    pub gate: u64,
     pub ws: u64,
 }
 
@@ -391,6 +392,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         alpha: p.alpha,
         beta: p.beta,
         relu: p.relu as u32,
+        gate: ptrs.gate as *const u16,
     };
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
@@ -627,14 +629,22 @@ impl Cublas {
     }
 }
 
+/// What the epilogue reads besides the product: C before the GEMM (read where beta ≠ 0), the
+/// bias and the gate, as in [`Ptrs`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EpilogueInputs<'a> {
+    pub c_old: &'a [f16],
+    pub bias: Option<&'a [f16]>,
+    pub gate: Option<&'a [f16]>,
+}
+
 /// CPU reference of one output element in f64, and the sum of |products| that bounds its
 /// rounding error.
 pub fn reference_at(
     p: &Problem,
     a: &[f16],
     b: &[f16],
-    c_old: &[f16],
-    bias: Option<&[f16]>,
+    e: EpilogueInputs,
     i: usize,
     j: usize,
 ) -> (f64, f64) {
@@ -658,16 +668,19 @@ pub fn reference_at(
     let mut v = p.alpha as f64 * acc;
     mag *= p.alpha.abs() as f64;
     if p.beta != 0.0 {
-        let cv = c_old[i * p.ldc + j].to_f64() * p.beta as f64;
+        let cv = e.c_old[i * p.ldc + j].to_f64() * p.beta as f64;
         v += cv;
         mag += cv.abs();
     }
-    if let Some(bias) = bias {
+    if let Some(bias) = e.bias {
         v += bias[j].to_f64();
         mag += bias[j].to_f64().abs();
     }
     if p.relu {
         v = v.max(0.0);
+    }
+    if e.gate.is_some_and(|g| g[i * p.ldc + j].to_f64() <= 0.0) {
+        v = 0.0;
     }
     (v, mag)
 }
@@ -692,14 +705,12 @@ pub struct Check {
     pub first_failure: Option<(usize, usize, f64, f64)>,
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn check(
     p: &Problem,
     acc: Accum,
     a: &[f16],
     b: &[f16],
-    c_old: &[f16],
-    bias: Option<&[f16]>,
+    e: EpilogueInputs,
     got: &[f16],
     samples: Option<&[(usize, usize)]>,
 ) -> Check {
@@ -709,7 +720,7 @@ pub fn check(
         first_failure: None,
     };
     let mut visit = |i: usize, j: usize| {
-        let (want, mag) = reference_at(p, a, b, c_old, bias, i, j);
+        let (want, mag) = reference_at(p, a, b, e, i, j);
         let g = got[i * p.ldc + j].to_f64();
         let err = (g - want).abs();
         let within = err <= tolerance(acc, want, mag); // false for NaN
@@ -817,16 +828,24 @@ mod tests {
         let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
         let mut p = Problem::new(1, 1, 2, Layout::NN);
         p.relu = true;
-        let (v, mag) = reference_at(
-            &p,
-            &h(&[1.0, 2.0]),
-            &h(&[3.0, 4.0]),
-            &[],
-            Some(&h(&[-20.0])),
-            0,
-            0,
-        );
+        let bias = h(&[-20.0]);
+        let e = EpilogueInputs {
+            bias: Some(&bias),
+            ..EpilogueInputs::default()
+        };
+        let (v, mag) = reference_at(&p, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), e, 0, 0);
         assert_eq!((v, mag), (0.0, 31.0));
+        // A gate that is not positive zeroes the output; a positive one passes it.
+        p.relu = false;
+        for (g, want) in [(-0.0, 0.0), (0.5, 11.0)] {
+            let gate = h(&[g]);
+            let e = EpilogueInputs {
+                gate: Some(&gate),
+                ..EpilogueInputs::default()
+            };
+            let (v, _) = reference_at(&p, &h(&[1.0, 2.0]), &h(&[3.0, 4.0]), e, 0, 0);
+            assert_eq!(v, want, "gate {g}");
+        }
         // 1·3 + 2·4 = 11: a wrong value fails, and NaN never passes.
         for got in [12.0, f32::NAN] {
             let c = check(
@@ -834,8 +853,7 @@ mod tests {
                 Accum::F16,
                 &h(&[1.0, 2.0]),
                 &h(&[3.0, 4.0]),
-                &[],
-                None,
+                EpilogueInputs::default(),
                 &h(&[got]),
                 None,
             );

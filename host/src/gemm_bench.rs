@@ -1,6 +1,6 @@
 //! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
 use crate::cuda::{Gpu, dptr};
-use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
+use crate::gemm::{self, Check, Cublas, EpilogueInputs, Problem, Ptrs, Version, accum_of};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::{Accum, Layout, ROOF_CHAINS};
@@ -251,9 +251,12 @@ fn shape_rows(
         b: dptr(&db, s),
         c: dptr(&dc, s),
         bias: if epilogue { dptr(&dbias, s) } else { 0 },
-        ws: 0,
+        ..Ptrs::default()
     };
-    let bias_host = epilogue.then_some(&bias[..]);
+    let inputs = EpilogueInputs {
+        bias: epilogue.then_some(&bias[..]),
+        ..EpilogueInputs::default()
+    };
     let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
         (0..512)
             .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
@@ -271,7 +274,7 @@ fn shape_rows(
         let got = gpu.download(&dc)?;
         Ok((
             ms,
-            gemm::check(&p, acc, &a, &b, &[], bias_host, &got, samples.as_deref()),
+            gemm::check(&p, acc, &a, &b, inputs, &got, samples.as_deref()),
         ))
     };
 

@@ -22,10 +22,8 @@ kernels! {
     /// The MLP's kernels besides its GEMMs.
     NORMALIZE_U8 = "normalize_u8", sm 75;
     GATHER_BATCH = "gather_batch", sm 75;
-    ADVANCE_STEP = "advance_step", sm 75;
     SOFTMAX_CE = "softmax_ce", sm 75;
     BIAS_GRAD = "bias_grad", sm 75;
-    RELU_BACKWARD = "relu_backward", sm 75;
     SGD_UPDATE = "sgd_update", sm 75;
     F32_TO_F16 = "f32_to_f16", sm 75;
     /// Beside the GEMMs: the reduction of split-K slices, and the epilogue that follows cuBLAS.

@@ -3,7 +3,7 @@
 use gpu::gemm::Layout;
 use half::f16;
 use host::cuda::{Gpu, dptr};
-use host::gemm::{self, Problem, Ptrs, Version, accum_of};
+use host::gemm::{self, EpilogueInputs, Problem, Ptrs, Version, accum_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const SHAPES: [(usize, usize, usize); 6] = [
@@ -37,7 +37,8 @@ fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
 }
 
 /// Runs `v` on `p` with fresh random operands and a NaN-poisoned C (or a random C when beta≠0),
-/// and checks every element.
+/// and checks every element. Where `p` has the ReLU, a bias and a random gate (half of it not
+/// positive) go with it.
 fn check_one(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
     check_at(g, v, p, rng, None);
 }
@@ -53,41 +54,40 @@ fn check_at(
     let a = random(p.a_len(), rng);
     let b = random(p.b_len(), rng);
     let bias = random(p.n, rng);
+    let gate = random(p.c_len(), rng);
     let c0: Vec<f16> = if p.beta != 0.0 {
         random(p.c_len(), rng)
     } else {
         vec![f16::NAN; p.c_len()]
     };
-    let (da, db, dbias, dc) = (
+    let (da, db, dbias, dgate, dc) = (
         g.upload(&a).unwrap(),
         g.upload(&b).unwrap(),
         g.upload(&bias).unwrap(),
+        g.upload(&gate).unwrap(),
         g.upload(&c0).unwrap(),
     );
     let s = &g.stream;
-    let with_bias = p.relu; // exercise bias together with ReLU
+    let full = p.relu;
     let ws = g.zeros::<f32>(gemm::workspace_len(v, p).max(1)).unwrap();
     let ptrs = Ptrs {
         a: dptr(&da, s),
         b: dptr(&db, s),
         c: dptr(&dc, s),
-        bias: if with_bias { dptr(&dbias, s) } else { 0 },
+        bias: if full { dptr(&dbias, s) } else { 0 },
+        gate: if full { dptr(&dgate, s) } else { 0 },
         ws: dptr(&ws, s),
+    };
+    let inputs = EpilogueInputs {
+        c_old: &c0,
+        bias: full.then_some(&bias[..]),
+        gate: full.then_some(&gate[..]),
     };
     p.validate(a.len(), b.len(), c0.len(), Some(bias.len()))
         .unwrap();
     gemm::launch(g, v, p, ptrs).unwrap();
     let got = g.download(&dc).unwrap();
-    let c = gemm::check(
-        p,
-        accum_of(v),
-        &a,
-        &b,
-        &c0,
-        with_bias.then_some(&bias[..]),
-        &got,
-        samples,
-    );
+    let c = gemm::check(p, accum_of(v), &a, &b, inputs, &got, samples);
     assert_eq!(
         c.failures,
         0,

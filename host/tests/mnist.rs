@@ -45,12 +45,20 @@ fn one_step_gradients_match_cpu_reference() {
             let m = Mlp::new(&g, &mut arena, &sizes, rows, rows, acc, None).unwrap();
             m.set_params(&params).unwrap();
             let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
-            let (loss, correct) = (g.zeros::<f32>(1).unwrap(), g.zeros::<f32>(1).unwrap());
+            // Slot 2 of three, read from the step counter, which the loss advances.
+            let (loss, correct) = (g.zeros::<f32>(3).unwrap(), g.zeros::<f32>(3).unwrap());
+            let step = g.upload(&[2u32]).unwrap();
             let s = &g.stream;
             m.forward(dptr(&dx, s), rows).unwrap();
             let sums = (dptr(&loss, s), dptr(&correct, s));
-            m.loss(dptr(&dy, s), rows, Some(1.0 / rows as f32), sums, 0)
-                .unwrap();
+            m.loss(
+                dptr(&dy, s),
+                rows,
+                Some(1.0 / rows as f32),
+                sums,
+                dptr(&step, s),
+            )
+            .unwrap();
             m.backward(dptr(&dx, s), rows).unwrap();
             let got: Vec<f32> = g
                 .download_buf(m.g16)
@@ -60,7 +68,8 @@ fn one_step_gradients_match_cpu_reference() {
                 .collect();
             let xf: Vec<f32> = x.iter().map(|v| v.to_f32()).collect();
             let (want_loss, want) = reference::loss_and_grads(&sizes, &params, &xf, &labels, rows);
-            let got_loss = g.download(&loss).unwrap()[0];
+            assert_eq!(g.download(&step).unwrap(), [3]);
+            let got_loss = g.download(&loss).unwrap()[2];
             assert!(
                 (got_loss - want_loss).abs() < 2e-2 * want_loss.abs().max(1.0),
                 "loss {got_loss} vs {want_loss}"
@@ -565,18 +574,24 @@ fn iris_with_default_flags_reaches_93_percent() {
 fn bias_gradients_match_cpu_column_sums() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let mut rng = StdRng::seed_from_u64(11);
-    // A few columns over many rows (the logits'), one past a block's columns, several blocks.
-    for (rows, cols) in [(512, 10), (19, 65), (300, 131), (1, 4096)] {
-        let d: Vec<f16> = (0..rows * cols)
+    // A few columns over many rows, one past a block's columns, several blocks; rows padded
+    // past the columns as the model lays them out.
+    for (rows, cols, ld) in [
+        (512, 10, 16),
+        (19, 65, 65),
+        (300, 131, 136),
+        (1, 4096, 4096),
+    ] {
+        let d: Vec<f16> = (0..rows * ld)
             .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
             .collect();
         let dd = g.upload(&d).unwrap();
         let db = g.zeros::<f16>(cols).unwrap();
         let s = &g.stream;
-        host::mlp::model::bias_grad(&g, dptr(&dd, s), rows, cols, dptr(&db, s)).unwrap();
+        host::mlp::model::bias_grad(&g, dptr(&dd, s), rows, cols, ld, dptr(&db, s)).unwrap();
         let got = g.download(&db).unwrap();
         for j in 0..cols {
-            let want: f32 = (0..rows).map(|i| d[i * cols + j].to_f32()).sum();
+            let want: f32 = (0..rows).map(|i| d[i * ld + j].to_f32()).sum();
             let got = got[j].to_f32();
             assert!(
                 (got - want).abs() <= 1e-3 * want.abs().max(1.0),

@@ -1,4 +1,4 @@
-//! The GEMM ladder: `C = act(alpha·op(A)·op(B) + beta·C + bias)`, fp16 in and out.
+//! The GEMM ladder: `C = act(alpha·op(A)·op(B) + beta·C + bias) ⊙ [gate > 0]`, fp16 in and out.
 //!
 //! Every version has the same kernel signature (see [`Args`]) and one kernel per operand layout
 //! ([`Layout`]), named `gemm_<version>_<layout>` (SIMT versions) or
@@ -6,7 +6,8 @@
 //!
 //! Storage is row-major throughout: `op(A)` is M×K, stored `[M][lda]` or, transposed, `[K][lda]`;
 //! `op(B)` is K×N, stored `[K][ldb]` or, transposed, `[N][ldb]`; `C` is `[M][ldc]`; `bias` has N
-//! entries (one per output column, as `nn.Linear` has), or is null.
+//! entries (one per output column, as `nn.Linear` has), or is null; `gate` is laid out as C, or
+//! is null (no gate): an MLP's input gradient goes back through the ReLU in the epilogue.
 
 #[cfg(target_arch = "nvptx64")]
 mod roof;
@@ -219,6 +220,9 @@ pub struct Args {
     pub alpha: f32,
     pub beta: f32,
     pub relu: u32,
+    /// The output of the ReLU this product goes back through, laid out as C, or null: where it
+    /// is not positive the output is zero (the ReLU's backward, fused).
+    pub gate: *const u16,
 }
 
 impl Args {
@@ -234,6 +238,7 @@ impl Args {
         alpha: f32,
         beta: f32,
         relu: u32,
+        gate: *const u16,
     ) -> Args {
         let (a, b) = (core::ptr::null(), core::ptr::null());
         Args {
@@ -250,6 +255,7 @@ impl Args {
             alpha,
             beta,
             relu,
+            gate,
         }
     }
 }

@@ -22,7 +22,8 @@ fn load_b<const TB: bool>(p: &Args, kk: u32, j: u32) -> f32 {
     h2f(unsafe { *p.b.add(idx as usize) })
 }
 
-/// The epilogue every version shares: scale, accumulate into C, bias, ReLU, round to fp16.
+/// The epilogue every version shares: scale, accumulate into C, bias, ReLU, gate, round to
+/// fp16.
 #[inline(always)]
 pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
     let mut v = p.alpha * acc;
@@ -35,7 +36,17 @@ pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
     if p.relu != 0 {
         v = v.max(0.0);
     }
+    if !p.gate.is_null() && !positive(unsafe { *p.gate.add((i * p.ldc + j) as usize) }) {
+        v = 0.0;
+    }
     f2h(v)
+}
+
+/// Whether fp16 bits are a positive number: `0x0001..=0x7fff`, what a ReLU passed through
+/// (NaN, which training stops on, counts as passed).
+#[inline(always)]
+pub(super) fn positive(h: u16) -> bool {
+    h != 0 && h & 0x8000 == 0
 }
 
 /// Outputs (i, j) and (i, j+1) through [`epilogue`], skipping what lies outside C, as one

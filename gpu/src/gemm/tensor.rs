@@ -9,7 +9,7 @@
 //!   work on the current one, then stored to the other of two buffers;
 //! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
 use super::Args;
-use super::simt::store_pair;
+use super::simt::{positive, store_pair};
 use crate::arch::*;
 use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
 
@@ -466,16 +466,23 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
         && bn0 + BN as u32 <= p.n
         && p.ldc.is_multiple_of(2)
         && aligned(p.c as usize)
-        && aligned(p.bias as usize);
+        && aligned(p.bias as usize)
+        && aligned(p.gate as usize);
+    let (r, c) = mma_c(lane() as usize, 0);
     for (mi, row) in acc.iter().enumerate() {
+        let i = bm0 + (wm0 + 16 * mi + r) as u32;
+        let j = |ni: usize| bn0 + (wn0 + 8 * ni + c) as u32;
+        // The row's gate pairs are all loaded before its first store, which the compiler must
+        // assume could overwrite them: one memory latency a row of fragments, not one a pair.
+        let gates: [[u32; 2]; NI] = match inline {
+            true => core::array::from_fn(|ni| [gate_pair(p, i, j(ni)), gate_pair(p, i + 8, j(ni))]),
+            false => [[0; 2]; NI],
+        };
         for (ni, frag) in row.iter().enumerate() {
-            let (r, c) = mma_c(lane() as usize, 0);
-            let i = bm0 + (wm0 + 16 * mi + r) as u32;
-            let j = bn0 + (wn0 + 8 * ni + c) as u32;
-            let v = [frag.get(0), frag.get(1), frag.get(2), frag.get(3)];
+            let (j, v) = (j(ni), [frag.get(0), frag.get(1), frag.get(2), frag.get(3)]);
             if inline {
-                store_pair_inside(p, i, j, v[0], v[1]);
-                store_pair_inside(p, i + 8, j, v[2], v[3]);
+                store_pair_inside(p, i, j, gates[ni][0], v[0], v[1]);
+                store_pair_inside(p, i + 8, j, gates[ni][1], v[2], v[3]);
             } else if ws.is_null() {
                 store_fragment(p, i, j, v);
             } else {
@@ -492,12 +499,23 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
     }
 }
 
-/// Two adjacent outputs (i, j..j+2), known to lie inside C, with beta = 0: the epilogue of
-/// [`epilogue`](super::simt::epilogue) in the same order (alpha, bias, ReLU), stored as one 4-byte word. It repeats
-/// `epilogue` rather than calling it twice to load the bias pair as one word and drop the beta
-/// branch, which calling it twice does not (1-3% slower: `docs/gemm.md`).
+/// The gate's fp16 pair at (i, j..j+2) as one word, or a pair of ones where there is no gate.
 #[inline(always)]
-fn store_pair_inside(p: Args, i: u32, j: u32, v0: f32, v1: f32) {
+fn gate_pair(p: Args, i: u32, j: u32) -> u32 {
+    const ONES: u32 = 0x3c00_3c00;
+    match p.gate.is_null() {
+        true => ONES,
+        false => unsafe { *(p.gate.add((i * p.ldc + j) as usize) as *const u32) },
+    }
+}
+
+/// Two adjacent outputs (i, j..j+2), known to lie inside C, with beta = 0 and their gate pair
+/// (from [`gate_pair`]): the epilogue of [`epilogue`](super::simt::epilogue) in the same order
+/// (alpha, bias, ReLU, gate), stored as one 4-byte word. It repeats `epilogue` rather than
+/// calling it twice to load the bias and gate pairs as one word each and drop the beta branch,
+/// which calling it twice does not (1-3% slower: `docs/gemm.md`).
+#[inline(always)]
+fn store_pair_inside(p: Args, i: u32, j: u32, gate: u32, v0: f32, v1: f32) {
     let (mut a, mut b) = (p.alpha * v0, p.alpha * v1);
     if !p.bias.is_null() {
         let pair = unsafe { *(p.bias.add(j as usize) as *const u32) };
@@ -506,6 +524,12 @@ fn store_pair_inside(p: Args, i: u32, j: u32, v0: f32, v1: f32) {
     }
     if p.relu != 0 {
         (a, b) = (a.max(0.0), b.max(0.0));
+    }
+    if !positive(gate as u16) {
+        a = 0.0;
+    }
+    if !positive((gate >> 16) as u16) {
+        b = 0.0;
     }
     let dst = unsafe { p.c.add((i * p.ldc + j) as usize) } as *mut u32;
     unsafe { *dst = f2h(a) as u32 | (f2h(b) as u32) << 16 };
@@ -530,19 +554,21 @@ fn store_partial(m: u32, n: u32, ws: *mut f32, i: u32, j: u32, v: [f32; 4]) {
 /// passed by name, never indexed at run time, so they stay in registers.)
 #[inline(always)]
 fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
-    let (c, bias, relu) = (p.c, p.bias, p.relu);
+    let (c, ldc, m, n) = (p.c, p.ldc, p.m, p.n);
+    let (bias, alpha, beta, relu, gate) = (p.bias, p.alpha, p.beta, p.relu, p.gate);
     store_pair_out_of_line(
-        c, p.ldc, p.m, p.n, bias, p.alpha, p.beta, relu, i, j, v[0], v[1],
+        c, ldc, m, n, bias, alpha, beta, relu, gate, i, j, v[0], v[1],
     );
     store_pair_out_of_line(
         c,
-        p.ldc,
-        p.m,
-        p.n,
+        ldc,
+        m,
+        n,
         bias,
-        p.alpha,
-        p.beta,
+        alpha,
+        beta,
         relu,
+        gate,
         i + 8,
         j,
         v[2],
@@ -563,12 +589,13 @@ fn store_pair_out_of_line(
     alpha: f32,
     beta: f32,
     relu: u32,
+    gate: *const u16,
     i: u32,
     j: u32,
     v0: f32,
     v1: f32,
 ) {
-    let p = Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu);
+    let p = Args::epilogue_only(m, n, c, ldc, bias, alpha, beta, relu, gate);
     store_pair(&p, i, j, v0, v1);
 }
 

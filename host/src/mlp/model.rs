@@ -6,6 +6,7 @@ use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Layout};
+use gpu::layout::CHUNK;
 use gpu::params::{SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
@@ -76,7 +77,8 @@ pub struct Mlp<'g> {
     pub g16: Buf<f16>,
     /// SGD momentum of every parameter.
     pub vel: Buf<f32>,
-    /// Output of each layer (`acts[l]` is layer l's output), `rows × width`.
+    /// Output of each layer (`acts[l]` is layer l's output), `rows × width`, leading dimension
+    /// [`stride`]`(width)`.
     acts: Vec<Buf<f16>>,
     /// Gradient w.r.t. each layer's output.
     grads: Vec<Buf<f16>>,
@@ -104,12 +106,20 @@ fn layer_shapes(rows: usize, i: usize, o: usize) -> [(usize, usize, usize); 3] {
     [(rows, o, i), (o, i, rows), (rows, i, o)]
 }
 
-/// `db[j] = Σ_i d[i][j]` over `rows` rows of a layer's `cols` outputs (fp16).
-pub fn bias_grad(gpu: &Gpu, d: u64, rows: usize, cols: usize, db: u64) -> Result<()> {
+/// Leading dimension of a layer's outputs and their gradients: the width rounded up to whole
+/// 16-byte chunks, so that every GEMM reading them (the 10 logits' gradient too) copies whole
+/// chunks instead of single elements.
+pub fn stride(width: usize) -> usize {
+    width.next_multiple_of(CHUNK)
+}
+
+/// `db[j] = Σ_i d[i][j]` over `rows` rows of a layer's `cols` outputs (fp16, leading dimension
+/// `ld`).
+pub fn bias_grad(gpu: &Gpu, d: u64, rows: usize, cols: usize, ld: usize, db: u64) -> Result<()> {
     let f = gpu.function(kernels::BIAS_GRAD)?;
-    let (r, c) = (rows as u32, cols as u32);
+    let (r, c, ld) = (rows as u32, cols as u32, ld as u32);
     let mut b = gpu.stream.launch_builder(&f);
-    b.arg(&d).arg(&r).arg(&c).arg(&db);
+    b.arg(&d).arg(&r).arg(&c).arg(&ld).arg(&db);
     let cfg = LaunchConfig {
         grid_dim: (c.div_ceil(BIAS_GRAD_COLS), 1, 1),
         block_dim: (32 * BIAS_GRAD_WARPS, 1, 1),
@@ -146,8 +156,8 @@ impl<'g> Mlp<'g> {
         let mut acts = Vec::new();
         let mut grads = Vec::new();
         for &w in &sizes[1..] {
-            acts.push(arena.alloc(rows * w)?);
-            grads.push(arena.alloc(rows * w)?);
+            acts.push(arena.alloc(rows * stride(w))?);
+            grads.push(arena.alloc(rows * stride(w))?);
         }
         if let Some(v) = config {
             v.ensure_runs_on(gpu)?;
@@ -232,7 +242,8 @@ impl<'g> Mlp<'g> {
         self.g16.at(off)
     }
 
-    /// Logits of the last forward pass (`rows × classes`).
+    /// Logits of the last forward pass (`rows × classes`, leading dimension
+    /// [`stride`]`(classes)`).
     pub fn logits(&self) -> u64 {
         self.acts.last().unwrap().ptr
     }
@@ -240,40 +251,24 @@ impl<'g> Mlp<'g> {
         self.grads.last().unwrap().ptr
     }
 
-    fn input_of(&self, l: usize, x: u64) -> u64 {
-        if l == 0 { x } else { self.acts[l - 1].ptr }
+    /// Layer `l`'s input and its leading dimension: `x` (dense) or the layer before's output.
+    fn input_of(&self, l: usize, x: u64) -> (u64, usize) {
+        match l {
+            0 => (x, self.sizes[0]),
+            _ => (self.acts[l - 1].ptr, stride(self.sizes[l])),
+        }
     }
 
-    /// Runs GEMM `which` (0 forward, 1 weight gradient, 2 input gradient) of layer `l` by its plan.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm(
-        &self,
-        which: usize,
-        l: usize,
-        rows: usize,
-        p: Problem,
-        a: u64,
-        b: u64,
-        c: u64,
-        bias: u64,
-    ) -> Result<()> {
+    /// Runs GEMM `which` (0 forward, 1 weight gradient, 2 input gradient) of layer `l` by its
+    /// plan; `ptrs`' workspace is the model's.
+    fn gemm(&self, which: usize, l: usize, rows: usize, p: Problem, ptrs: Ptrs) -> Result<()> {
         let plan = self.plans[(rows != self.train_rows) as usize][l][which];
         let p = Problem {
             split_k: plan.split_k,
             ..p
         };
-        gemm::launch(
-            self.gpu,
-            plan.version,
-            &p,
-            Ptrs {
-                a,
-                b,
-                c,
-                bias,
-                ws: self.ws.ptr,
-            },
-        )
+        let ws = self.ws.ptr;
+        gemm::launch(self.gpu, plan.version, &p, Ptrs { ws, ..ptrs })
     }
 
     /// Forward over `rows` rows of `x` (fp16, `rows × sizes[0]`): bias and ReLU fused into each
@@ -286,43 +281,64 @@ impl<'g> Mlp<'g> {
         );
         for l in 0..self.layers() {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-            let mut p = Problem::new(rows, o, i, Layout::NT);
-            p.relu = l + 1 < self.layers();
-            let (w, b) = (self.p16(self.offsets[l].0), self.p16(self.offsets[l].1));
-            self.gemm(0, l, rows, p, self.input_of(l, x), w, self.acts[l].ptr, b)?;
+            let (input, ld) = self.input_of(l, x);
+            let p = Problem {
+                lda: ld,
+                ldc: stride(o),
+                relu: l + 1 < self.layers(),
+                ..Problem::new(rows, o, i, Layout::NT)
+            };
+            let ptrs = Ptrs {
+                a: input,
+                b: self.p16(self.offsets[l].0),
+                c: self.acts[l].ptr,
+                bias: self.p16(self.offsets[l].1),
+                ..Ptrs::default()
+            };
+            self.gemm(0, l, rows, p, ptrs)?;
         }
         Ok(())
     }
 
-    /// Backward from `dlogits` (already in the last gradient buffer) to every parameter gradient.
+    /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
+    /// every parameter gradient.
     pub fn backward(&self, x: u64, rows: usize) -> Result<()> {
-        let s = &self.gpu.stream;
         for l in (0..self.layers()).rev() {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-            let d = self.grads[l].ptr;
+            let (d, ld) = (self.grads[l].ptr, stride(o));
+            let (input, input_ld) = self.input_of(l, x);
             // dW = dᵀ · input: M = out, N = in, K = rows.
-            let p = Problem::new(o, i, rows, Layout::TN);
-            self.gemm(
-                1,
-                l,
-                rows,
-                p,
-                d,
-                self.input_of(l, x),
-                self.g16(self.offsets[l].0),
-                0,
-            )?;
-            bias_grad(self.gpu, d, rows, o, self.g16(self.offsets[l].1))?;
+            let p = Problem {
+                lda: ld,
+                ldb: input_ld,
+                ..Problem::new(o, i, rows, Layout::TN)
+            };
+            let ptrs = Ptrs {
+                a: d,
+                b: input,
+                c: self.g16(self.offsets[l].0),
+                ..Ptrs::default()
+            };
+            self.gemm(1, l, rows, p, ptrs)?;
+            if l + 1 < self.layers() {
+                bias_grad(self.gpu, d, rows, o, ld, self.g16(self.offsets[l].1))?;
+            }
             if l > 0 {
-                // d(input) = d · W: M = rows, N = in, K = out; then back through the ReLU.
-                let p = Problem::new(rows, i, o, Layout::NN);
-                let dprev = self.grads[l - 1].ptr;
-                self.gemm(2, l, rows, p, d, self.p16(self.offsets[l].0), dprev, 0)?;
-                let f = self.gpu.function(kernels::RELU_BACKWARD)?;
-                let (n, h) = ((rows * i) as u32, self.acts[l - 1].ptr);
-                let mut b = s.launch_builder(&f);
-                b.arg(&dprev).arg(&h).arg(&n);
-                unsafe { b.launch(grid_1d(rows * i, 256)) }?;
+                // d(input) = d · W: M = rows, N = in, K = out, back through the ReLU that
+                // produced the input in the epilogue.
+                let p = Problem {
+                    lda: ld,
+                    ldc: input_ld,
+                    ..Problem::new(rows, i, o, Layout::NN)
+                };
+                let ptrs = Ptrs {
+                    a: d,
+                    b: self.p16(self.offsets[l].0),
+                    c: self.grads[l - 1].ptr,
+                    gate: input,
+                    ..Ptrs::default()
+                };
+                self.gemm(2, l, rows, p, ptrs)?;
             }
         }
         Ok(())
@@ -349,9 +365,9 @@ impl<'g> Mlp<'g> {
     }
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss
-    /// and correct count into slot `*step` (or 0 where `step` is 0) of `sums` (loss, correct),
-    /// and, given a `grad_scale` (1/rows for the mean over these rows), the logits gradient
-    /// scaled by it.
+    /// and correct count into slot `*step` of `sums` (loss, correct) and advances `*step` (slot
+    /// 0 where `step` is 0), and, given a `grad_scale` (1/rows for the mean over these rows),
+    /// the logits' gradient scaled by it and the logits' bias gradient.
     pub fn loss(
         &self,
         labels: u64,
@@ -366,9 +382,10 @@ impl<'g> Mlp<'g> {
             labels,
             rows: rows as u32,
             classes,
-            ld: classes,
+            ld: stride(classes as usize) as u32,
             scale: grad_scale.unwrap_or(0.0),
             dlogits: grad_scale.map_or(0, |_| self.dlogits()),
+            db: self.g16(self.offsets[self.layers() - 1].1),
             loss,
             correct,
             step,

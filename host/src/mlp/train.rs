@@ -475,12 +475,7 @@ impl<'a> Trainer<'a> {
         if let Some(comm) = self.comm {
             comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
         }
-        model.update(o.lr, o.momentum)?;
-        let advance = self.gpu.function(kernels::ADVANCE_STEP)?;
-        let mut l = self.gpu.stream.launch_builder(&advance);
-        l.arg(&b.step.ptr);
-        unsafe { l.launch(grid_1d(1, 32)) }?;
-        Ok(())
+        model.update(o.lr, o.momentum)
     }
 
     /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into
