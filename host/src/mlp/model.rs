@@ -80,7 +80,7 @@ pub struct Mlp<'g> {
     /// Output of each layer (`acts[l]` is layer l's output), `rows × width`, leading dimension
     /// [`stride`]`(width)`.
     acts: Vec<Buf<f16>>,
-    /// Gradient w.r.t. each layer's output.
+    /// Gradient w.r.t. each layer's output, laid out as its output.
     grads: Vec<Buf<f16>>,
     /// Most rows a forward pass may take.
     pub rows: usize,
