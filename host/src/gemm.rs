@@ -301,14 +301,14 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
-    let best_sm = TILE_CONFIGS
-        .iter()
-        .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
-        .map(|c| c.min_sm)
-        .max();
-    let usable: Vec<_> = TILE_CONFIGS
-        .iter()
-        .filter(|c| Some(c.min_sm) == best_sm && !c.is_wgmma() && c.smem_bytes() <= smem)
+    let mma_sync = || {
+        TILE_CONFIGS
+            .iter()
+            .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
+    };
+    let best_sm = mma_sync().map(|c| c.min_sm).max();
+    let usable: Vec<_> = mma_sync()
+        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let area = |c: &TileConfig| c.block.0 * c.block.1;

@@ -29,8 +29,8 @@ pub fn wgmma_wait<const N: u32>() {
 
 /// One `wgmma` function per accumulator type and instruction N: `D += A·B` with A (64×16) and B
 /// (16×N) read through descriptors `a` and `b`. `A_MN`/`B_MN` say that an operand is stored
-/// MN-major (the instruction's transpose immediates); otherwise it is K-major. The accumulator list is written out because every
-/// register is an operand of the one instruction.
+/// MN-major (the instruction's transpose immediates); otherwise it is K-major. The accumulator
+/// list is written out because every register is an operand of the one instruction.
 macro_rules! wgmma {
     ($(#[$doc:meta])* $name:ident, $shape:literal, $types:literal, [$elem:ty; $len:literal]; $first:literal $(, $i:literal)*) => {
         $(#[$doc])*

@@ -474,9 +474,10 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
         let j = |ni: usize| bn0 + (wn0 + 8 * ni + c) as u32;
         // The row's gate pairs are all loaded before its first store, which the compiler must
         // assume could overwrite them: one memory latency a row of fragments, not one a pair.
-        let gates: [[u32; 2]; NI] = match inline {
-            true => core::array::from_fn(|ni| [gate_pair(p, i, j(ni)), gate_pair(p, i + 8, j(ni))]),
-            false => [[0; 2]; NI],
+        let gates: [[u32; 2]; NI] = if inline {
+            core::array::from_fn(|ni| [gate_pair(p, i, j(ni)), gate_pair(p, i + 8, j(ni))])
+        } else {
+            [[0; 2]; NI]
         };
         for (ni, frag) in row.iter().enumerate() {
             let (j, v) = (j(ni), [frag.get(0), frag.get(1), frag.get(2), frag.get(3)]);
@@ -503,9 +504,10 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
 #[inline(always)]
 fn gate_pair(p: Args, i: u32, j: u32) -> u32 {
     const ONES: u32 = 0x3c00_3c00;
-    match p.gate.is_null() {
-        true => ONES,
-        false => unsafe { *(p.gate.add((i * p.ldc + j) as usize) as *const u32) },
+    if p.gate.is_null() {
+        ONES
+    } else {
+        unsafe { *(p.gate.add((i * p.ldc + j) as usize) as *const u32) }
     }
 }
 

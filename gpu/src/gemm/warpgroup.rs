@@ -23,37 +23,36 @@ pub trait Accumulator: Copy {
 }
 
 macro_rules! accumulator {
-    ($ty:ty, f32, $mma:ident) => {
+    ($ty:ty, $zero:expr, $mma:ident, $pair:ident) => {
         impl Accumulator for $ty {
-            const ZERO: Self = [0.0; _];
+            const ZERO: Self = [$zero; _];
             #[inline(always)]
             fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64) {
                 $mma::<A_MN, B_MN>(self, a, b)
             }
             #[inline(always)]
             fn pair(&self, j: usize) -> (f32, f32) {
-                (self[2 * j], self[2 * j + 1])
-            }
-        }
-    };
-    ($ty:ty, f16, $mma:ident) => {
-        impl Accumulator for $ty {
-            const ZERO: Self = [0; _];
-            #[inline(always)]
-            fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64) {
-                $mma::<A_MN, B_MN>(self, a, b)
-            }
-            #[inline(always)]
-            fn pair(&self, j: usize) -> (f32, f32) {
-                (h2f(self[j] as u16), h2f((self[j] >> 16) as u16))
+                $pair(self, j)
             }
         }
     };
 }
-accumulator!([f32; 64], f32, wgmma_m64n128k16_f32);
-accumulator!([u32; 32], f16, wgmma_m64n128k16_f16);
-accumulator!([f32; 128], f32, wgmma_m64n256k16_f32);
-accumulator!([u32; 64], f16, wgmma_m64n256k16_f16);
+accumulator!([f32; 64], 0.0, wgmma_m64n128k16_f32, f32_pair);
+accumulator!([u32; 32], 0, wgmma_m64n128k16_f16, f16_pair);
+accumulator!([f32; 128], 0.0, wgmma_m64n256k16_f32, f32_pair);
+accumulator!([u32; 64], 0, wgmma_m64n256k16_f16, f16_pair);
+
+/// Pair `j` of fp32 accumulators: two adjacent registers.
+#[inline(always)]
+fn f32_pair(acc: &[f32], j: usize) -> (f32, f32) {
+    (acc[2 * j], acc[2 * j + 1])
+}
+
+/// Pair `j` of f16x2 accumulators: the two halves of one register.
+#[inline(always)]
+fn f16_pair(acc: &[u32], j: usize) -> (f32, f32) {
+    (h2f(acc[j] as u16), h2f((acc[j] >> 16) as u16))
+}
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
 #[repr(C, align(1024))]
