@@ -1,7 +1,8 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients and the SGD update. GEMMs come from `gemm`, whose epilogue also takes
-//! the ReLUs forward (`relu`) and backward (`gate`).
+//! the ReLUs forward (`relu`) and backward (`gate`), and the first layer's update (`sgd`).
 use crate::arch::*;
+use crate::gemm::Sgd;
 use crate::params::{GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
 use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
@@ -180,18 +181,16 @@ pub unsafe extern "ptx-kernel" fn bias_grad(
 /// `w -= lr·v` on the fp32 master weights, then the fp16 copy the GEMMs read.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn sgd_update(p: SgdUpdate) {
-    let (w, w16) = (p.w as *mut f32, p.w16 as *mut u16);
-    let (g, v) = (p.g as *const u16, p.v as *mut f32);
-    let (n, lr, momentum) = (p.n, p.lr, p.momentum);
-    grid_stride(n, |i| {
+    let sgd = Sgd {
+        master: p.w as *mut f32,
+        velocity: p.v as *mut f32,
+        lr: p.lr,
+        momentum: p.momentum,
+    };
+    let (w16, g) = (p.w16 as *mut u16, p.g as *const u16);
+    grid_stride(p.n, |i| {
         let k = i as usize;
-        unsafe {
-            let vel = momentum * *v.add(k) + h2f(*g.add(k));
-            *v.add(k) = vel;
-            let nw = *w.add(k) - lr * vel;
-            *w.add(k) = nw;
-            *w16.add(k) = f2h(nw);
-        }
+        unsafe { *w16.add(k) = sgd.step(k, h2f(*g.add(k))) };
     });
 }
 

@@ -129,6 +129,17 @@ pub struct Problem {
     /// Slices of K computed by separate blocks and summed by `splitk_reduce` (tensor-core
     /// versions only; needs a workspace, see [`workspace_len`]).
     pub split_k: usize,
+    /// The SGD step the product is the gradient of, or none: C is then the weights' fp16 copy
+    /// and [`Ptrs`] gives their master and velocity (see `gpu::gemm::Sgd`); the product is
+    /// the plain `alpha·op(A)·op(B)` (no beta, ReLU, bias or gate).
+    pub sgd: Option<SgdStep>,
+}
+
+/// Learning rate and momentum of an SGD step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    pub lr: f32,
+    pub momentum: f32,
 }
 
 impl Problem {
@@ -148,6 +159,7 @@ impl Problem {
             beta: 0.0,
             relu: false,
             split_k: 1,
+            sgd: None,
         }
     }
 
@@ -248,12 +260,17 @@ impl Problem {
         if let Some(len) = bias_len {
             ensure!(len >= self.n, "bias holds {len} elements, N={}", self.n);
         }
+        ensure!(
+            self.sgd.is_none() || (self.beta == 0.0 && !self.relu && bias_len.is_none()),
+            "an SGD step takes the plain product as its gradient: no beta, ReLU or bias"
+        );
         Ok(())
     }
 }
 
 /// Device addresses of the operands (`bias` and `gate` 0 for none; `ws` the split-K workspace
-/// of [`workspace_len`] f32, 0 when not splitting).
+/// of [`workspace_len`] f32, 0 when not splitting; `master` and `velocity`, fp32 laid out as C,
+/// for a [`Problem::sgd`] step).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ptrs {
     pub a: u64,
@@ -262,6 +279,8 @@ pub struct Ptrs {
     pub bias: u64,
     pub gate: u64,
     pub ws: u64,
+    pub master: u64,
+    pub velocity: u64,
 }
 
 /// K per split slice (a multiple of the block's K step) and the number of slices that gives.
@@ -393,6 +412,26 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         beta: p.beta,
         relu: p.relu as u32,
         gate: ptrs.gate as *const u16,
+        sgd: match p.sgd {
+            Some(SgdStep { lr, momentum }) => {
+                ensure!(
+                    ptrs.master != 0 && ptrs.velocity != 0,
+                    "an SGD step needs the master weights and velocity"
+                );
+                ensure!(
+                    p.beta == 0.0 && !p.relu && ptrs.bias == 0 && ptrs.gate == 0,
+                    "an SGD step takes the plain product as its gradient: no beta, ReLU, bias \
+                     or gate"
+                );
+                gpu::gemm::Sgd {
+                    master: ptrs.master as *mut f32,
+                    velocity: ptrs.velocity as *mut f32,
+                    lr,
+                    momentum,
+                }
+            }
+            None => gpu::gemm::Sgd::NONE,
+        },
     };
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
@@ -741,6 +780,54 @@ pub fn check(
     out
 }
 
+/// The fp32 master weights and velocity of an SGD-epilogue GEMM, laid out as C.
+#[derive(Clone, Copy, Debug)]
+pub struct Weights<'a> {
+    pub master: &'a [f32],
+    pub velocity: &'a [f32],
+}
+
+/// Compares an SGD-epilogue GEMM's results (`after`, and C as `got`) with the reference over
+/// every element: the gradient the step took, recovered from the velocity as `v₁ − momentum·v₀`,
+/// within the product's tolerance; the master weight moved by exactly `−lr·v₁`; C its fp16 copy.
+/// `max_err` is the gradient's; a failure's values are the gradient taken and the reference's.
+pub fn check_sgd(
+    p: &Problem,
+    acc: Accum,
+    a: &[f16],
+    b: &[f16],
+    before: Weights,
+    after: Weights,
+    got: &[f16],
+) -> Check {
+    let step = p.sgd.expect("an SGD problem");
+    let mut out = Check {
+        max_err: 0.0,
+        failures: 0,
+        first_failure: None,
+    };
+    for (i, j) in (0..p.m).flat_map(|i| (0..p.n).map(move |j| (i, j))) {
+        let k = i * p.ldc + j;
+        let (want, mag) = reference_at(p, a, b, EpilogueInputs::default(), i, j);
+        let v1 = after.velocity[k];
+        let g = v1 as f64 - step.momentum as f64 * before.velocity[k] as f64;
+        // The velocity's own fp32 rounding, besides the gradient's.
+        let slack = 2f64.powi(-22) * (v1.abs() as f64 + g.abs());
+        let err = (g - want).abs();
+        let w1 = before.master[k] - step.lr * v1;
+        let stepped = (after.master[k] - w1).abs() <= 2f32.powi(-22) * w1.abs().max(1e-30)
+            && got[k] == f16::from_f32(after.master[k]);
+        if !(err <= tolerance(acc, want, mag) + slack && stepped) {
+            out.failures += 1;
+            out.first_failure.get_or_insert((i, j, g, want));
+        }
+        out.max_err = out
+            .max_err
+            .max(if err.is_finite() { err } else { f64::INFINITY });
+    }
+    out
+}
+
 /// Accumulator precision a version uses, for its tolerance (SIMT versions accumulate in f32).
 pub fn accum_of(v: Version) -> Accum {
     match v {
@@ -859,6 +946,45 @@ mod tests {
             );
             assert_eq!(c.failures, 1, "{got} must fail");
         }
+    }
+
+    /// The SGD check passes the step the kernels take and fails a wrong gradient, a master
+    /// weight not moved by `−lr·v`, and a C that is not the master's fp16 copy.
+    #[test]
+    fn sgd_check_follows_the_step() {
+        let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        let step = SgdStep {
+            lr: 0.5,
+            momentum: 0.9,
+        };
+        let p = Problem {
+            sgd: Some(step),
+            ..Problem::new(1, 1, 2, Layout::NN)
+        };
+        let (a, b) = (h(&[1.0, 2.0]), h(&[3.0, 4.0]));
+        let (w0, v0) = ([2.0f32], [1.0f32]);
+        let before = Weights {
+            master: &w0,
+            velocity: &v0,
+        };
+        let run = |g: f32, nudge: f32, c: Option<f32>| {
+            let v1 = [step.momentum * v0[0] + g];
+            let w1 = [w0[0] - step.lr * v1[0] + nudge];
+            let after = Weights {
+                master: &w1,
+                velocity: &v1,
+            };
+            let got = h(&[c.unwrap_or(w1[0])]);
+            check_sgd(&p, Accum::F32, &a, &b, before, after, &got).failures
+        };
+        assert_eq!(run(11.0, 0.0, None), 0);
+        assert_eq!(run(11.5, 0.0, None), 1, "a wrong gradient");
+        assert_eq!(run(11.0, 1e-3, None), 1, "a master weight moved otherwise");
+        assert_eq!(
+            run(11.0, 0.0, Some(1.0)),
+            1,
+            "a C that is not the master's copy"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use gpu::gemm::Layout;
 use half::f16;
 use host::cuda::{Gpu, dptr};
-use host::gemm::{self, EpilogueInputs, Problem, Ptrs, Version, accum_of};
+use host::gemm::{self, EpilogueInputs, Problem, Ptrs, SgdStep, Version, Weights, accum_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const SHAPES: [(usize, usize, usize); 6] = [
@@ -77,6 +77,7 @@ fn check_at(
         bias: if full { dptr(&dbias, s) } else { 0 },
         gate: if full { dptr(&dgate, s) } else { 0 },
         ws: dptr(&ws, s),
+        ..Ptrs::default()
     };
     let inputs = EpilogueInputs {
         c_old: &c0,
@@ -150,6 +151,101 @@ fn epilogues_and_padded_leading_dimensions() {
             p.ldb += 3;
             p.ldc += 5;
             check_one(&g, v, &as_read_by(v, p), &mut rng);
+        }
+    }
+}
+
+/// Runs `v` on `p` (which has an SGD step) from random master weights and velocity, and checks
+/// the step every element took.
+fn check_sgd(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
+    let a = random(p.a_len(), rng);
+    let b = random(p.b_len(), rng);
+    let uniform = |rng: &mut StdRng| -> Vec<f32> {
+        (0..p.c_len())
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect()
+    };
+    let (master, velocity) = (uniform(rng), uniform(rng));
+    let up = |x: &[f16]| g.upload(x).unwrap();
+    let (da, db) = (up(&a), up(&b));
+    let dc = up(&vec![f16::NAN; p.c_len()]);
+    let (dm, dv) = (g.upload(&master).unwrap(), g.upload(&velocity).unwrap());
+    let s = &g.stream;
+    let ws = g.zeros::<f32>(gemm::workspace_len(v, p).max(1)).unwrap();
+    let ptrs = Ptrs {
+        a: dptr(&da, s),
+        b: dptr(&db, s),
+        c: dptr(&dc, s),
+        ws: dptr(&ws, s),
+        master: dptr(&dm, s),
+        velocity: dptr(&dv, s),
+        ..Ptrs::default()
+    };
+    p.validate(a.len(), b.len(), p.c_len(), None).unwrap();
+    gemm::launch(g, v, p, ptrs).unwrap();
+    let before = Weights {
+        master: &master,
+        velocity: &velocity,
+    };
+    let (m1, v1) = (g.download(&dm).unwrap(), g.download(&dv).unwrap());
+    let after = Weights {
+        master: &m1,
+        velocity: &v1,
+    };
+    let got = g.download(&dc).unwrap();
+    let c = gemm::check_sgd(p, accum_of(v), &a, &b, before, after, &got);
+    assert_eq!(
+        c.failures,
+        0,
+        "{} {:?} M={} N={} K={} ldc={} split={}: first bad (i, j, gradient, want) = {:?}",
+        v.label(),
+        p.layout,
+        p.m,
+        p.n,
+        p.k,
+        p.ldc,
+        p.split_k,
+        c.first_failure
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sgd_epilogue_steps_the_weights_on_every_version() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(4);
+    let step = Some(SgdStep {
+        lr: 0.05,
+        momentum: 0.9,
+    });
+    for v in Version::all_for(&g) {
+        let splits = matches!(v, Version::Tensor(c, _) if !c.is_wgmma());
+        for layout in Layout::ALL {
+            // Whole quads in whole tiles; rows of quads with a partial one at the right edge
+            // (N = 70 in rows of 72); rows not aligned for vectors (ldc 70); the MLP's first
+            // layer at hidden 128.
+            for (m, n, k, ldc) in [
+                (256, 256, 64, 256),
+                (100, 70, 96, 72),
+                (33, 70, 40, 70),
+                (128, 784, 128, 784),
+            ] {
+                let p = Problem {
+                    ldc,
+                    alpha: 0.5,
+                    sgd: step,
+                    ..Problem::new(m, n, k, layout)
+                };
+                check_sgd(&g, v, &as_read_by(v, p), &mut rng);
+            }
+            if splits {
+                let p = Problem {
+                    split_k: 3,
+                    sgd: step,
+                    ..Problem::new(64, 40, 1000, layout)
+                };
+                check_sgd(&g, v, &p, &mut rng);
+            }
         }
     }
 }

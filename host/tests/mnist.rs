@@ -59,7 +59,7 @@ fn one_step_gradients_match_cpu_reference() {
                 dptr(&step, s),
             )
             .unwrap();
-            m.backward(dptr(&dx, s), rows).unwrap();
+            m.backward(dptr(&dx, s), rows, None).unwrap();
             let got: Vec<f32> = g
                 .download_buf(m.g16)
                 .unwrap()

@@ -1,4 +1,5 @@
-//! The GEMM ladder: `C = act(alpha·op(A)·op(B) + beta·C + bias) ⊙ [gate > 0]`, fp16 in and out.
+//! The GEMM ladder: `C = act(alpha·op(A)·op(B) + beta·C + bias) ⊙ [gate > 0]`, fp16 in and out,
+//! or, with an [`Sgd`] step, that product taken as the gradient of the weights C holds.
 //!
 //! Every version has the same kernel signature (see [`Args`]) and one kernel per operand layout
 //! ([`Layout`]), named `gemm_<version>_<layout>` (SIMT versions) or
@@ -8,9 +9,16 @@
 //! `op(B)` is K×N, stored `[K][ldb]` or, transposed, `[N][ldb]`; `C` is `[M][ldc]`; `bias` has N
 //! entries (one per output column, as `nn.Linear` has), or is null; `gate` is laid out as C, or
 //! is null (no gate): an MLP's input gradient goes back through the ReLU in the epilogue.
+//!
+//! With [`Args::sgd`] set, the epilogue's output is not stored: it is the gradient (rounded to
+//! fp16, as it would have been stored) of the weights whose fp16 copy C is, and the epilogue
+//! takes their SGD step, writing the new fp16 copy to C. An MLP's first layer takes its update
+//! this way, with no gradient written and read back.
 
 #[cfg(target_arch = "nvptx64")]
 mod roof;
+#[cfg(target_arch = "nvptx64")]
+mod sgd;
 #[cfg(target_arch = "nvptx64")]
 mod simt;
 #[cfg(target_arch = "nvptx64")]
@@ -21,6 +29,10 @@ mod tensor;
 mod warpgroup;
 
 pub mod descriptor;
+
+/// fp16 elements of padding after each row of the C tile the SGD epilogue stages in shared
+/// memory: 16 bytes, which puts the 8 rows one fragment store writes in distinct banks.
+pub const STAGED_PAD: usize = 8;
 
 /// Independent accumulators per warp in the `mma_roof_*` kernels (`roof.rs`): enough that
 /// the tensor cores never wait on one chain's latency.
@@ -119,11 +131,15 @@ impl TileConfig {
         }
     }
     /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
-    /// `mbarrier` pair per stage (full, empty) after them.
+    /// `mbarrier` pair per stage (full, empty) after them; on `mma.sync` rows at least the
+    /// fp16 C tile the SGD epilogue stages there, rows padded by [`STAGED_PAD`].
     pub const fn smem_bytes(&self) -> usize {
         let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
+        let staged = self.block.0 * (self.block.1 + STAGED_PAD) * 2;
         if self.is_wgmma() {
             tiles + self.stages * 16
+        } else if staged > tiles {
+            staged
         } else {
             tiles
         }
@@ -223,6 +239,56 @@ pub struct Args {
     /// The output of the ReLU this product goes back through, laid out as C, or null: where it
     /// is not positive the output is zero (the ReLU's backward, fused).
     pub gate: *const u16,
+    /// The SGD step the output is the gradient of, or [`Sgd::NONE`]. With a step, the output
+    /// is `alpha·op(A)·op(B)` alone: `beta` is 0, and there is no bias, ReLU or gate.
+    pub sgd: Sgd,
+}
+
+/// SGD with momentum on weights whose fp16 copy is a GEMM's C: `v = momentum·v + g`,
+/// `w -= lr·v`, C = fp16(w). `master` (fp32 weights) and `velocity` are laid out as C.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Sgd {
+    pub master: *mut f32,
+    pub velocity: *mut f32,
+    pub lr: f32,
+    pub momentum: f32,
+}
+
+impl Sgd {
+    /// No step: the epilogue stores its output.
+    pub const NONE: Sgd = Sgd {
+        master: core::ptr::null_mut(),
+        velocity: core::ptr::null_mut(),
+        lr: 0.0,
+        momentum: 0.0,
+    };
+
+    pub fn is_none(&self) -> bool {
+        self.master.is_null()
+    }
+
+    /// The step of element `k` of the weights for gradient `g`: updates its velocity and
+    /// master weight and returns the new fp16 weight. The one definition of the update, which
+    /// `sgd_update` takes too, so a fused and an unfused step agree bit for bit.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn step(&self, k: usize, g: f32) -> u16 {
+        let (w, v) = unsafe { (*self.master.add(k), *self.velocity.add(k)) };
+        let (w, v) = self.apply(w, v, g);
+        unsafe {
+            *self.velocity.add(k) = v;
+            *self.master.add(k) = w;
+        }
+        crate::arch::f2h(w)
+    }
+
+    /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`.
+    #[inline(always)]
+    pub fn apply(&self, w: f32, v: f32, g: f32) -> (f32, f32) {
+        let v = self.momentum * v + g;
+        (w - self.lr * v, v)
+    }
 }
 
 impl Args {
@@ -256,6 +322,7 @@ impl Args {
             beta,
             relu,
             gate,
+            sgd: Sgd::NONE,
         }
     }
 }
@@ -344,12 +411,18 @@ mod tests {
     }
 
     #[test]
-    fn smem_size_counts_every_stage() {
+    fn smem_size_counts_every_stage_or_the_staged_tile() {
         let c = TILE_CONFIGS
             .iter()
             .find(|c| c.name == "tc80_128x128x32_64x64_s4")
             .unwrap();
         assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
         assert_eq!(c.threads(), 128);
+        // Two stages of a 32-deep slice hold less than the SGD epilogue's padded C tile.
+        let c = TILE_CONFIGS
+            .iter()
+            .find(|c| c.name == "tc75_128x128x32_64x32")
+            .unwrap();
+        assert_eq!(c.smem_bytes(), 128 * (128 + STAGED_PAD) * 2);
     }
 }

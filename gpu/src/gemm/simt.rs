@@ -22,10 +22,21 @@ fn load_b<const TB: bool>(p: &Args, kk: u32, j: u32) -> f32 {
     h2f(unsafe { *p.b.add(idx as usize) })
 }
 
-/// The epilogue every version shares: scale, accumulate into C, bias, ReLU, gate, round to
-/// fp16.
+/// What every version stores at (i, j) of C: the [`output`], or with an SGD step the new
+/// weight it is the gradient of.
 #[inline(always)]
 pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
+    let h = output(p, i, j, acc);
+    if p.sgd.is_none() {
+        h
+    } else {
+        p.sgd.step((i * p.ldc + j) as usize, h2f(h))
+    }
+}
+
+/// The output every version shares: scale, accumulate into C, bias, ReLU, gate, round to fp16.
+#[inline(always)]
+pub fn output(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
     let mut v = p.alpha * acc;
     if p.beta != 0.0 {
         v += p.beta * h2f(unsafe { *p.c.add((i * p.ldc + j) as usize) });

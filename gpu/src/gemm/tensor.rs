@@ -9,6 +9,7 @@
 //!   work on the current one, then stored to the other of two buffers;
 //! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
 use super::Args;
+use super::sgd::step_tile;
 use super::simt::{positive, store_pair};
 use crate::arch::*;
 use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
@@ -336,7 +337,11 @@ pub fn gemm<
     // up, unevenly, while they can do nothing but wait.
     launch_dependents();
 
-    store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
+    if p.sgd.is_none() || !ws.is_null() {
+        store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
+    } else {
+        step_tile::<A, BM, BN, MI, NI>(p, smem, &acc, (bm0, bn0), (wm0, wn0), threads);
+    }
 }
 
 /// The mainloop with `cp.async` (sm_80+): `STAGES - 1` slices in flight while one is read.

@@ -1,7 +1,7 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
-use crate::gemm::{self, Problem, Ptrs, Version};
+use crate::gemm::{self, Problem, Ptrs, SgdStep, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::LaunchConfig;
@@ -301,23 +301,39 @@ impl<'g> Mlp<'g> {
     }
 
     /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
-    /// every parameter gradient.
-    pub fn backward(&self, x: u64, rows: usize) -> Result<()> {
+    /// every parameter gradient. With `first`, the first layer's weights take that SGD step in
+    /// their gradient's GEMM instead (nothing after it in a training step reads them), and
+    /// their gradient is not stored: [`Mlp::update`] then steps the rest.
+    pub fn backward(&self, x: u64, rows: usize, first: Option<SgdStep>) -> Result<()> {
         for l in (0..self.layers()).rev() {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
             let (d, ld) = (self.grads[l].ptr, stride(o));
             let (input, input_ld) = self.input_of(l, x);
             // dW = dᵀ · input: M = out, N = in, K = rows.
+            let sgd = first.filter(|_| l == 0);
             let p = Problem {
                 lda: ld,
                 ldb: input_ld,
+                sgd,
                 ..Problem::new(o, i, rows, Layout::TN)
+            };
+            let w = self.offsets[l].0;
+            let ptrs = match sgd {
+                None => Ptrs {
+                    c: self.g16(w),
+                    ..Ptrs::default()
+                },
+                Some(_) => Ptrs {
+                    c: self.p16(w),
+                    master: self.w32.at(w),
+                    velocity: self.vel.at(w),
+                    ..Ptrs::default()
+                },
             };
             let ptrs = Ptrs {
                 a: d,
                 b: input,
-                c: self.g16(self.offsets[l].0),
-                ..Ptrs::default()
+                ..ptrs
             };
             self.gemm(1, l, rows, p, ptrs)?;
             if l + 1 < self.layers() {
@@ -344,23 +360,26 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
-    /// One SGD step over every parameter, in one launch.
-    pub fn update(&self, lr: f32, momentum: f32) -> Result<()> {
+    /// One SGD step over every parameter, in one launch; over all but the first layer's
+    /// weights where `backward` has stepped them (`first_done`). They come first in the flat
+    /// buffer, so the rest is one range.
+    pub fn update(&self, step: SgdStep, first_done: bool) -> Result<()> {
+        let from = if first_done { self.offsets[0].1 } else { 0 };
         let p = ParamBlock(SgdUpdate {
-            w: self.w32.ptr,
-            w16: self.w16.ptr,
-            g: self.g16.ptr,
-            v: self.vel.ptr,
-            n: self.n_params as u32,
-            lr,
-            momentum,
+            w: self.w32.at(from),
+            w16: self.w16.at(from),
+            g: self.g16.at(from),
+            v: self.vel.at(from),
+            n: (self.n_params - from) as u32,
+            lr: step.lr,
+            momentum: step.momentum,
         });
         let f = self.gpu.function(kernels::SGD_UPDATE)?;
         let mut b = self.gpu.stream.launch_builder(&f);
         b.arg(&p);
         // SAFETY: the kernel's one parameter is an `SgdUpdate`; the buffers are the model's,
         // carved from an arena that outlives the queued work.
-        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
+        unsafe { b.launch(grid_1d(self.n_params - from, 256)) }?;
         Ok(())
     }
 

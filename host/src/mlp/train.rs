@@ -4,7 +4,7 @@ use super::model::{self, Init, Mlp};
 use super::persistent::{self, Feed, Persistent, Support};
 use super::{Dataset, Features, checkpoint};
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
-use crate::gemm::Version;
+use crate::gemm::{SgdStep, Version};
 use crate::kernels;
 use crate::nccl::Comm;
 use anyhow::{Context, Result, anyhow, ensure};
@@ -471,11 +471,18 @@ impl<'a> Trainer<'a> {
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         let grad_scale = Some(1.0 / o.batch as f32);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr)?;
-        model.backward(b.xb.ptr, rows)?;
+        let step = SgdStep {
+            lr: o.lr,
+            momentum: o.momentum,
+        };
+        // On one GPU the first layer's weights, most of the parameters, take their step in
+        // their gradient's GEMM; replicas step them after summing the gradients.
+        let first = self.comm.is_none().then_some(step);
+        model.backward(b.xb.ptr, rows, first)?;
         if let Some(comm) = self.comm {
             comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
         }
-        model.update(o.lr, o.momentum)
+        model.update(step, first.is_some())
     }
 
     /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into

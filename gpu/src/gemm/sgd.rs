@@ -1,0 +1,131 @@
+//! The SGD epilogue of the `mma.sync` rungs ([`Args::sgd`]): the block's gradient tile,
+//! `alpha·AB` rounded to fp16 (a step takes no bias, ReLU or gate), is staged in shared memory, free once the mainloop has ended, then the whole block walks it row
+//! by row, four columns a thread. The fp32 master weights and velocity, 16 of the 18 bytes an
+//! element moves here, then travel as whole 16-byte accesses, several rows of them in flight
+//! at once; stored from the accumulators' fragment layout, each thread would wait on them one
+//! fragment at a time.
+use super::{Args, STAGED_PAD};
+use crate::arch::*;
+use crate::layout::mma_c;
+
+/// Quads (four columns) each thread has in flight: their loads all issue before the first
+/// store, which the compiler must assume could overwrite them. Two keep 64 bytes a thread in
+/// flight, tens of KiB an SM at the MLP's occupancy; four spill the largest fp32-accumulator
+/// tile on sm_90.
+const IN_FLIGHT: usize = 2;
+
+/// Four fp32 values, 16-byte aligned so they move as one vector access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct F4([f32; 4]);
+
+/// Four fp16 values as one 8-byte access.
+#[repr(C, align(8))]
+struct U2([u32; 2]);
+
+/// Four adjacent elements of the tile: whether any lies inside C, the first's offset in C (and
+/// in the master weights and velocity), how many lie inside, and where they are staged.
+struct Quad {
+    inside: bool,
+    k: usize,
+    columns: usize,
+    staged: u32,
+}
+
+/// Steps the weights of the block tile at `(bm0, bn0)` by the gradients in `acc`, the warp
+/// tile at `(wm0, wn0)` of it, and stores their new fp16 copy to C. `smem`: the stages' shared
+/// memory, which holds the staged tile (`TileConfig::smem_bytes` counts it).
+#[inline(always)]
+pub fn step_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const NI: usize>(
+    p: Args,
+    smem: u32,
+    acc: &[[A; NI]; MI],
+    (bm0, bn0): (u32, u32),
+    (wm0, wn0): (usize, usize),
+    threads: usize,
+) {
+    let row_bytes = ((BN + STAGED_PAD) * 2) as u32;
+    let at = |r: usize, c: usize| smem + r as u32 * row_bytes + 2 * c as u32;
+    // Every warp has read its last fragments from the stages.
+    sync_threads();
+    let (r, c) = mma_c(lane() as usize, 0);
+    for (mi, row) in acc.iter().enumerate() {
+        for (ni, frag) in row.iter().enumerate() {
+            for half in 0..2 {
+                let (tr, tc) = (wm0 + 16 * mi + r + 8 * half, wn0 + 8 * ni + c);
+                let (i, j) = (bm0 + tr as u32, bn0 + tc as u32);
+                let g = |e: usize| f2h(p.alpha * frag.get(e)) as u32;
+                if i < p.m && j < p.n {
+                    st_shared_u32(at(tr, tc), g(2 * half) | g(2 * half + 1) << 16);
+                }
+            }
+        }
+    }
+    sync_threads();
+    let sgd = p.sgd;
+    let vector = p.ldc.is_multiple_of(4)
+        && (sgd.master as usize).is_multiple_of(16)
+        && (sgd.velocity as usize).is_multiple_of(16)
+        && (p.c as usize).is_multiple_of(8);
+    let quads = BM * BN / 4;
+    let mut first = thread_x() as usize;
+    while first < quads {
+        let quad = |u: usize| {
+            let q = first + u * threads;
+            let (tr, tc) = (q / (BN / 4), 4 * (q % (BN / 4)));
+            let (i, j) = (bm0 + tr as u32, bn0 + tc as u32);
+            Quad {
+                inside: q < quads && i < p.m && j < p.n,
+                k: (i * p.ldc + j) as usize,
+                columns: 4.min(p.n.saturating_sub(j)) as usize,
+                staged: at(tr, tc),
+            }
+        };
+        let vectors = |q: &Quad| q.inside && q.columns == 4 && vector;
+        let loaded: [(F4, F4); IN_FLIGHT] = core::array::from_fn(|u| {
+            let q = quad(u);
+            if vectors(&q) {
+                unsafe {
+                    let w = *(sgd.master.add(q.k) as *const F4);
+                    (w, *(sgd.velocity.add(q.k) as *const F4))
+                }
+            } else {
+                (F4([0.0; 4]), F4([0.0; 4]))
+            }
+        });
+        for (u, (w, v)) in loaded.iter().enumerate() {
+            let q = quad(u);
+            if !q.inside {
+                continue;
+            }
+            let g = ld_shared_v2(q.staged);
+            let g = [
+                g[0] as u16,
+                (g[0] >> 16) as u16,
+                g[1] as u16,
+                (g[1] >> 16) as u16,
+            ];
+            if vectors(&q) {
+                let (mut nw, mut nv) = (F4([0.0; 4]), F4([0.0; 4]));
+                for e in 0..4 {
+                    (nw.0[e], nv.0[e]) = sgd.apply(w.0[e], v.0[e], h2f(g[e]));
+                }
+                let h = nw.0.map(f2h);
+                unsafe {
+                    *(sgd.master.add(q.k) as *mut F4) = nw;
+                    *(sgd.velocity.add(q.k) as *mut F4) = nv;
+                    *(p.c.add(q.k) as *mut U2) = U2([
+                        h[0] as u32 | (h[1] as u32) << 16,
+                        h[2] as u32 | (h[3] as u32) << 16,
+                    ]);
+                }
+            } else {
+                // The right edge of C, or operands not aligned for vectors: one at a time.
+                for e in 0..q.columns {
+                    unsafe { *p.c.add(q.k + e) = sgd.step(q.k + e, h2f(g[e])) };
+                }
+            }
+        }
+        first += IN_FLIGHT * threads;
+    }
+}
