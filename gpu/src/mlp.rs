@@ -1,9 +1,10 @@
 //! Training kernels of the MLP: batch gather, softmax cross-entropy forward and backward in one
 //! pass, bias gradients and the SGD update. GEMMs come from `gemm`, whose epilogue also takes
-//! the ReLUs forward (`relu`) and backward (`gate`), and the first layer's update (`sgd`).
+//! the ReLUs forward (`relu`) and backward (`gate`), and the weights' updates (`sgd`); the
+//! bias gradients here take their biases' updates the same way.
 use crate::arch::*;
 use crate::gemm::Sgd;
-use crate::params::{GatherBatch, SgdUpdate, SoftmaxCe};
+use crate::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
 use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 
@@ -45,7 +46,7 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// label to `correct[s]`; `s` is `*step`, which then advances by one (so a replayed graph fills
 /// one slot per step), or 0 when `step` is null. Unless `dlogits` is null, also the backward:
 /// `dlogits = (softmax − onehot) · scale` (leading dimension `ld`) and the logits' bias
-/// gradient, its column sums, into `db`.
+/// gradient, its column sums, into `db` (or its step, with `sgd`).
 /// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
 /// one f32 of dynamic shared memory per warp.
 #[unsafe(no_mangle)]
@@ -93,7 +94,7 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
     let c_total = unsafe { block_sum(c_sum, scratch) };
     if !dlogits.is_null() {
         // `block_sum`'s barriers have made every row's gradient visible to the whole block.
-        column_sums(dlogits, rows, classes, ld, p.db as *mut u16);
+        column_sums(dlogits, rows, classes, ld, p.db as *mut u16, &p.sgd);
     }
     if thread_x() == 0 {
         let s = if step.is_null() {
@@ -111,10 +112,10 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
     }
 }
 
-/// `db[c] = Σ_r d[r][c]` by one block: warp `w` sums columns `w`, `w + warps`, …, each lane the
-/// rows `lane`, `lane + 32`, …, then the lanes in a fixed tree: the result does not depend on
-/// timing.
-fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16) {
+/// `db[c] = Σ_r d[r][c]` (or with `sgd` its step) by one block: warp `w` sums columns `w`,
+/// `w + warps`, …, each lane the rows `lane`, `lane + 32`, …, then the lanes in a fixed tree:
+/// the result does not depend on timing.
+fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16, sgd: &Sgd) {
     let warps = block_dim_x() / WARP;
     let mut c = warp_id();
     while c < cols {
@@ -126,14 +127,14 @@ fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16) {
         }
         let total = warp_sum(sum);
         if lane() == 0 {
-            unsafe { *db.add(c as usize) = f2h(total) };
+            unsafe { *db.add(c as usize) = sgd.take(c as usize, f2h(total)) };
         }
         c += warps;
     }
 }
 
 /// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix of leading dimension `ld`: the bias
-/// gradient. Each block sums
+/// gradient, or with `sgd` the bias's step. Each block sums
 /// [`BIAS_GRAD_COLS`] columns with [`BIAS_GRAD_WARPS`] warps: warp `w` takes rows `w`,
 /// `w + BIAS_GRAD_WARPS`, …, each lane two adjacent columns, so even a few columns (the logits')
 /// are summed by many warps at once. The warps' sums meet in shared memory and are added in
@@ -141,13 +142,9 @@ fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16) {
 /// Launch with `BIAS_GRAD_WARPS` warps and `BIAS_GRAD_WARPS × BIAS_GRAD_COLS` f32 of dynamic
 /// shared memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn bias_grad(
-    dy: *const u16,
-    rows: u32,
-    cols: u32,
-    ld: u32,
-    db: *mut u16,
-) {
+pub unsafe extern "ptx-kernel" fn bias_grad(p: BiasGrad) {
+    let (dy, db) = (p.dy as *const u16, p.db as *mut u16);
+    let (rows, cols, ld) = (p.rows, p.cols, p.ld);
     let first = block_x() * BIAS_GRAD_COLS;
     let c = first + 2 * lane();
     let mut sums = [0.0f32; 2];
@@ -173,7 +170,8 @@ pub unsafe extern "ptx-kernel" fn bias_grad(
         for w in 0..BIAS_GRAD_WARPS {
             s += unsafe { *partial.add((w * BIAS_GRAD_COLS + t) as usize) };
         }
-        unsafe { *db.add((first + t) as usize) = f2h(s) };
+        let c = (first + t) as usize;
+        unsafe { *db.add(c) = p.sgd.take(c, f2h(s)) };
     }
 }
 

@@ -39,9 +39,11 @@ pub struct SoftmaxCe {
     /// The factor that scales the logits' gradient.
     pub scale: f32,
     /// The logits' gradient, `rows × classes` fp16 from element `r·ld`, or 0 for none; with it,
-    /// the logits' bias gradient, `classes` fp16.
+    /// the logits' bias gradient, `classes` fp16, or with `sgd` its step: `db` is then the
+    /// bias's fp16 copy.
     pub dlogits: u64,
     pub db: u64,
+    pub sgd: crate::gemm::Sgd,
     /// Where the mean loss and the count of rows whose arg-max is the label go (f32 each), in
     /// slot `*step`.
     pub loss: u64,
@@ -49,6 +51,20 @@ pub struct SoftmaxCe {
     /// Where the slot is read (`u32`) and then advanced, so that a replayed graph fills one
     /// slot per step; 0 for slot 0.
     pub step: u64,
+}
+
+/// The parameters of `bias_grad`: the column sums of `rows × cols` fp16 `dy` (leading dimension
+/// `ld`) into `db`, fp16; or with `sgd` the step they are the gradient of, `db` then being the
+/// bias's fp16 copy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BiasGrad {
+    pub dy: u64,
+    pub rows: u32,
+    pub cols: u32,
+    pub ld: u32,
+    pub db: u64,
+    pub sgd: crate::gemm::Sgd,
 }
 
 /// The parameters of `sgd_update`: one step of SGD with momentum over `n` parameters.

@@ -388,6 +388,13 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         "M={} exceeds the grid's y limit",
         p.m
     );
+    if let Version::Tensor(c, _) = v {
+        ensure!(
+            !(c.is_wgmma() && p.sgd.is_some()),
+            "{} takes no SGD step",
+            c.name
+        );
+    }
     let (name, mut cfg) = plan(gpu, v, p)?;
     let f = gpu.function(&name)?;
     if cfg.shared_mem_bytes > 48 * 1024 {

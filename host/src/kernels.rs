@@ -116,7 +116,7 @@ mod tests {
     fn kernels_taking_a_parameter_block_declare_its_size_and_alignment() {
         use crate::ptx::{one_block, parameters};
         use gpu::params::{
-            GatherBatch, PersistentShuffle, RegressionFused, RegressionGenerate,
+            BiasGrad, GatherBatch, PersistentShuffle, RegressionFused, RegressionGenerate,
             RegressionReduceUpdate, RegressionUpdate, SgdUpdate, SoftmaxCe,
         };
         use gpu::persistent::Params;
@@ -127,6 +127,7 @@ mod tests {
             block::<GatherBatch>(GATHER_BATCH),
             block::<SoftmaxCe>(SOFTMAX_CE),
             block::<SgdUpdate>(SGD_UPDATE),
+            block::<BiasGrad>(BIAS_GRAD),
             block::<RegressionGenerate>(REGRESSION_GENERATE),
             block::<RegressionFused>(REGRESSION_FUSED),
             block::<RegressionUpdate>(REGRESSION_UPDATE),

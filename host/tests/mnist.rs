@@ -3,8 +3,8 @@ mod common;
 
 use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
-use gpu::gemm::Accum;
-use gpu::params::PersistentShuffle;
+use gpu::gemm::{Accum, Sgd};
+use gpu::params::{BiasGrad, PersistentShuffle};
 use gpu::persistent::{label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
@@ -57,6 +57,7 @@ fn one_step_gradients_match_cpu_reference() {
                 Some(1.0 / rows as f32),
                 sums,
                 dptr(&step, s),
+                None,
             )
             .unwrap();
             m.backward(dptr(&dx, s), rows, None).unwrap();
@@ -574,29 +575,56 @@ fn iris_with_default_flags_reaches_93_percent() {
 fn bias_gradients_match_cpu_column_sums() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let mut rng = StdRng::seed_from_u64(11);
+    let mut uniform =
+        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
     // A few columns over many rows, one past a block's columns, several blocks; rows padded
-    // past the columns as the model lays them out.
+    // past the columns as the model lays them out. Each shape stores the gradient, then takes
+    // an SGD step by it.
     for (rows, cols, ld) in [
         (512, 10, 16),
         (19, 65, 65),
         (300, 131, 136),
         (1, 4096, 4096),
     ] {
-        let d: Vec<f16> = (0..rows * ld)
-            .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
-            .collect();
-        let dd = g.upload(&d).unwrap();
-        let db = g.zeros::<f16>(cols).unwrap();
+        let d: Vec<f16> = uniform(rows * ld).into_iter().map(f16::from_f32).collect();
+        let (master, velocity) = (uniform(cols), uniform(cols));
+        let (dd, db) = (g.upload(&d).unwrap(), g.zeros::<f16>(cols).unwrap());
+        let (dm, dv) = (g.upload(&master).unwrap(), g.upload(&velocity).unwrap());
         let s = &g.stream;
-        host::mlp::model::bias_grad(&g, dptr(&dd, s), rows, cols, ld, dptr(&db, s)).unwrap();
-        let got = g.download(&db).unwrap();
+        let step = Sgd {
+            master: dptr(&dm, s) as *mut f32,
+            velocity: dptr(&dv, s) as *mut f32,
+            lr: 0.05,
+            momentum: 0.9,
+        };
+        let launch = |sgd| {
+            let p = BiasGrad {
+                dy: dptr(&dd, s),
+                rows: rows as u32,
+                cols: cols as u32,
+                ld: ld as u32,
+                db: dptr(&db, s),
+                sgd,
+            };
+            host::mlp::model::bias_grad(&g, &g.stream, p).unwrap();
+            g.download(&db).unwrap()
+        };
+        let sums = launch(Sgd::NONE);
+        let stepped = launch(step);
+        let (m1, v1) = (g.download(&dm).unwrap(), g.download(&dv).unwrap());
         for j in 0..cols {
             let want: f32 = (0..rows).map(|i| d[i * ld + j].to_f32()).sum();
-            let got = got[j].to_f32();
-            assert!(
-                (got - want).abs() <= 1e-3 * want.abs().max(1.0),
-                "{rows}×{cols} column {j}: {got} vs {want}"
-            );
+            // The gradient stored, and the one the step took.
+            let taken = v1[j] - step.momentum * velocity[j];
+            for got in [sums[j].to_f32(), taken] {
+                assert!(
+                    (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+                    "{rows}×{cols} column {j}: {got} vs {want}"
+                );
+            }
+            let w1 = master[j] - step.lr * v1[j];
+            assert!((m1[j] - w1).abs() <= 1e-6, "{rows}×{cols} column {j}");
+            assert_eq!(stepped[j], f16::from_f32(m1[j]), "{rows}×{cols} column {j}");
         }
     }
 }

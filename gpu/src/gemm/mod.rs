@@ -12,8 +12,8 @@
 //!
 //! With [`Args::sgd`] set, the epilogue's output is not stored: it is the gradient (rounded to
 //! fp16, as it would have been stored) of the weights whose fp16 copy C is, and the epilogue
-//! takes their SGD step, writing the new fp16 copy to C. An MLP's first layer takes its update
-//! this way, with no gradient written and read back.
+//! takes their SGD step, writing the new fp16 copy to C. On one GPU an MLP's weights take their
+//! update this way, with no gradient written and read back.
 
 #[cfg(target_arch = "nvptx64")]
 mod roof;
@@ -281,6 +281,18 @@ impl Sgd {
             *self.master.add(k) = w;
         }
         crate::arch::f2h(w)
+    }
+
+    /// What a kernel writes at element `k` of its output for the fp16 gradient `h`: `h`
+    /// itself, or with a step the new fp16 weight.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn take(&self, k: usize, h: u16) -> u16 {
+        if self.is_none() {
+            h
+        } else {
+            self.step(k, crate::arch::h2f(h))
+        }
     }
 
     /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`.

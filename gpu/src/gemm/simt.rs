@@ -26,12 +26,7 @@ fn load_b<const TB: bool>(p: &Args, kk: u32, j: u32) -> f32 {
 /// weight it is the gradient of.
 #[inline(always)]
 pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
-    let h = output(p, i, j, acc);
-    if p.sgd.is_none() {
-        h
-    } else {
-        p.sgd.step((i * p.ldc + j) as usize, h2f(h))
-    }
+    p.sgd.take((i * p.ldc + j) as usize, output(p, i, j, acc))
 }
 
 /// The output every version shares: scale, accumulate into C, bias, ReLU, gate, round to fp16.
@@ -60,18 +55,20 @@ pub(super) fn positive(h: u16) -> bool {
     h != 0 && h & 0x8000 == 0
 }
 
-/// Outputs (i, j) and (i, j+1) through [`epilogue`], skipping what lies outside C, as one
+/// Outputs (i, j) and (i, j+1) through [`output`], skipping what lies outside C, as one
 /// 4-byte store where both lie inside and the pair is aligned. The tensor-core rungs' edge
 /// stores: `wgmma` kernels inline it (they keep no calls), `mma.sync` ones call it out of line.
+/// It takes no SGD step: the `mma.sync` rungs take theirs in `sgd.rs`, and the `wgmma` rung
+/// takes none (inlined, the step's code slows its stores by 5%: `docs/gemm.md`).
 #[inline(always)]
 pub fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
     if i >= p.m || j >= p.n {
         return;
     }
     let dst = unsafe { p.c.add((i * p.ldc + j) as usize) };
-    let h0 = epilogue(p, i, j, v0);
+    let h0 = output(p, i, j, v0);
     if j + 1 < p.n {
-        let h1 = epilogue(p, i, j + 1, v1);
+        let h1 = output(p, i, j + 1, v1);
         if (dst as usize).is_multiple_of(4) {
             unsafe { *(dst as *mut u32) = h0 as u32 | (h1 as u32) << 16 };
         } else {

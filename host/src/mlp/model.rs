@@ -4,12 +4,14 @@ use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, SgdStep, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaEvent, CudaStream, LaunchConfig};
+use gpu::gemm::Sgd;
 use gpu::gemm::{Accum, Layout};
 use gpu::layout::CHUNK;
-use gpu::params::{SgdUpdate, SoftmaxCe};
+use gpu::params::{BiasGrad, SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
+use std::sync::Arc;
 
 /// Weight initialisation schemes (biases start at zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -91,6 +93,25 @@ pub struct Mlp<'g> {
     train_rows: usize,
     /// Split-K workspace, sized for the largest plan.
     ws: Buf<f32>,
+    /// Where a layer's bias gradient runs beside its weight gradient's GEMM (both read only
+    /// the layer's output gradient): a second stream, and the events that fork it from the
+    /// GPU's stream and join it back.
+    beside: Beside,
+}
+
+/// A second stream and the events that fork work onto it and join it back.
+struct Beside {
+    stream: Arc<CudaStream>,
+    fork: CudaEvent,
+    join: CudaEvent,
+}
+
+impl Drop for Beside {
+    /// Work forked onto the stream writes buffers of the arena, which outlives the model: it
+    /// must end first.
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+    }
 }
 
 /// How one GEMM of the model runs: the kernel version and its K slices.
@@ -113,20 +134,21 @@ pub fn stride(width: usize) -> usize {
     width.next_multiple_of(CHUNK)
 }
 
-/// `db[j] = Σ_i d[i][j]` over `rows` rows of a layer's `cols` outputs (fp16, leading dimension
-/// `ld`).
-pub fn bias_grad(gpu: &Gpu, d: u64, rows: usize, cols: usize, ld: usize, db: u64) -> Result<()> {
+/// Launches `bias_grad` with `p` on `stream`: a layer's bias gradient, the column sums of its
+/// outputs' gradient, or the step they make.
+pub fn bias_grad(gpu: &Gpu, stream: &CudaStream, p: BiasGrad) -> Result<()> {
     let f = gpu.function(kernels::BIAS_GRAD)?;
-    let (r, c, ld) = (rows as u32, cols as u32, ld as u32);
-    let mut b = gpu.stream.launch_builder(&f);
-    b.arg(&d).arg(&r).arg(&c).arg(&ld).arg(&db);
+    let mut b = stream.launch_builder(&f);
+    let cols = p.cols;
+    let p = ParamBlock(p);
+    b.arg(&p);
     let cfg = LaunchConfig {
-        grid_dim: (c.div_ceil(BIAS_GRAD_COLS), 1, 1),
+        grid_dim: (cols.div_ceil(BIAS_GRAD_COLS), 1, 1),
         block_dim: (32 * BIAS_GRAD_WARPS, 1, 1),
         shared_mem_bytes: 4 * BIAS_GRAD_COLS * BIAS_GRAD_WARPS,
     };
-    // SAFETY: the arguments are the kernel's parameters, in order and of its types; the
-    // caller's buffers outlive the queued work.
+    // SAFETY: the kernel's one parameter is a `BiasGrad`; the caller's buffers outlive the
+    // queued work.
     unsafe { b.launch(cfg) }?;
     Ok(())
 }
@@ -210,6 +232,11 @@ impl<'g> Mlp<'g> {
             plans,
             train_rows,
             ws,
+            beside: Beside {
+                stream: gpu.ctx.new_stream()?,
+                fork: gpu.ctx.new_event(None)?,
+                join: gpu.ctx.new_event(None)?,
+            },
         })
     }
 
@@ -300,45 +327,40 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
+    /// Whether [`Mlp::backward`] can take the SGD step of a training step: the `wgmma` GEMMs
+    /// (a forced `--config`) take none.
+    pub fn steps_in_backward(&self) -> bool {
+        self.plans[0]
+            .iter()
+            .all(|p| !matches!(p[1].version, Version::Tensor(c, _) if c.is_wgmma()))
+    }
+
+    /// Where the gradient of the parameters at `off` goes: to `g16`, or with `step` into their
+    /// SGD step, which writes their fp16 copy.
+    fn gradient_of(&self, off: usize, step: Option<SgdStep>) -> (u64, Sgd) {
+        match step {
+            None => (self.g16(off), Sgd::NONE),
+            Some(SgdStep { lr, momentum }) => (
+                self.p16(off),
+                Sgd {
+                    master: self.w32.at(off) as *mut f32,
+                    velocity: self.vel.at(off) as *mut f32,
+                    lr,
+                    momentum,
+                },
+            ),
+        }
+    }
+
     /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
-    /// every parameter gradient. With `first`, the first layer's weights take that SGD step in
-    /// their gradient's GEMM instead (nothing after it in a training step reads them), and
-    /// their gradient is not stored: [`Mlp::update`] then steps the rest.
-    pub fn backward(&self, x: u64, rows: usize, first: Option<SgdStep>) -> Result<()> {
+    /// every parameter gradient; with `step`, every parameter takes that SGD step as soon as its
+    /// gradient is made (a layer's input gradient, which reads its weights, comes first), and
+    /// no gradient is stored.
+    pub fn backward(&self, x: u64, rows: usize, step: Option<SgdStep>) -> Result<()> {
         for l in (0..self.layers()).rev() {
             let (i, o) = (self.sizes[l], self.sizes[l + 1]);
             let (d, ld) = (self.grads[l].ptr, stride(o));
             let (input, input_ld) = self.input_of(l, x);
-            // dW = dᵀ · input: M = out, N = in, K = rows.
-            let sgd = first.filter(|_| l == 0);
-            let p = Problem {
-                lda: ld,
-                ldb: input_ld,
-                sgd,
-                ..Problem::new(o, i, rows, Layout::TN)
-            };
-            let w = self.offsets[l].0;
-            let ptrs = match sgd {
-                None => Ptrs {
-                    c: self.g16(w),
-                    ..Ptrs::default()
-                },
-                Some(_) => Ptrs {
-                    c: self.p16(w),
-                    master: self.w32.at(w),
-                    velocity: self.vel.at(w),
-                    ..Ptrs::default()
-                },
-            };
-            let ptrs = Ptrs {
-                a: d,
-                b: input,
-                ..ptrs
-            };
-            self.gemm(1, l, rows, p, ptrs)?;
-            if l + 1 < self.layers() {
-                bias_grad(self.gpu, d, rows, o, ld, self.g16(self.offsets[l].1))?;
-            }
             if l > 0 {
                 // d(input) = d · W: M = rows, N = in, K = out, back through the ReLU that
                 // produced the input in the epilogue.
@@ -356,21 +378,66 @@ impl<'g> Mlp<'g> {
                 };
                 self.gemm(2, l, rows, p, ptrs)?;
             }
+            // dW = dᵀ · input: M = out, N = in, K = rows.
+            let (c, sgd) = self.gradient_of(self.offsets[l].0, step);
+            let p = Problem {
+                lda: ld,
+                ldb: input_ld,
+                sgd: step,
+                ..Problem::new(o, i, rows, Layout::TN)
+            };
+            let ptrs = Ptrs {
+                a: d,
+                b: input,
+                c,
+                master: sgd.master as u64,
+                velocity: sgd.velocity as u64,
+                ..Ptrs::default()
+            };
+            let dw = || self.gemm(1, l, rows, p, ptrs);
+            if l + 1 < self.layers() {
+                let (db, sgd) = self.gradient_of(self.offsets[l].1, step);
+                let p = BiasGrad {
+                    dy: d,
+                    rows: rows as u32,
+                    cols: o as u32,
+                    ld: ld as u32,
+                    db,
+                    sgd,
+                };
+                self.beside(|s| bias_grad(self.gpu, s, p), dw)?;
+            } else {
+                dw()?;
+            }
         }
         Ok(())
     }
 
-    /// One SGD step over every parameter, in one launch; over all but the first layer's
-    /// weights where `backward` has stepped them (`first_done`). They come first in the flat
-    /// buffer, so the rest is one range.
-    pub fn update(&self, step: SgdStep, first_done: bool) -> Result<()> {
-        let from = if first_done { self.offsets[0].1 } else { 0 };
+    /// Queues `side` on the second stream beside `main` on the GPU's stream: both after the
+    /// work queued before, the work queued after after both.
+    fn beside(
+        &self,
+        side: impl FnOnce(&CudaStream) -> Result<()>,
+        main: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let (b, stream) = (&self.beside, &self.gpu.stream);
+        b.fork.record(stream)?;
+        b.stream.wait(&b.fork)?;
+        side(&b.stream)?;
+        b.join.record(&b.stream)?;
+        main()?;
+        stream.wait(&b.join)?;
+        Ok(())
+    }
+
+    /// One SGD step over every parameter from the gradients in `g16`, in one launch.
+    pub fn update(&self, step: SgdStep) -> Result<()> {
         let p = ParamBlock(SgdUpdate {
-            w: self.w32.at(from),
-            w16: self.w16.at(from),
-            g: self.g16.at(from),
-            v: self.vel.at(from),
-            n: (self.n_params - from) as u32,
+            w: self.w32.ptr,
+            w16: self.w16.ptr,
+            g: self.g16.ptr,
+            v: self.vel.ptr,
+            n: self.n_params as u32,
             lr: step.lr,
             momentum: step.momentum,
         });
@@ -379,14 +446,15 @@ impl<'g> Mlp<'g> {
         b.arg(&p);
         // SAFETY: the kernel's one parameter is an `SgdUpdate`; the buffers are the model's,
         // carved from an arena that outlives the queued work.
-        unsafe { b.launch(grid_1d(self.n_params - from, 256)) }?;
+        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
         Ok(())
     }
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss
     /// and correct count into slot `*step` of `sums` (loss, correct) and advances `*step` (slot
     /// 0 where `step` is 0), and, given a `grad_scale` (1/rows for the mean over these rows),
-    /// the logits' gradient scaled by it and the logits' bias gradient.
+    /// the logits' gradient scaled by it and the logits' bias gradient, or with `sgd` the
+    /// logits' bias's step.
     pub fn loss(
         &self,
         labels: u64,
@@ -394,8 +462,10 @@ impl<'g> Mlp<'g> {
         grad_scale: Option<f32>,
         (loss, correct): (u64, u64),
         step: u64,
+        sgd: Option<SgdStep>,
     ) -> Result<()> {
         let classes = *self.sizes.last().unwrap() as u32;
+        let (db, bias_sgd) = self.gradient_of(self.offsets[self.layers() - 1].1, sgd);
         let p = SoftmaxCe {
             logits: self.logits(),
             labels,
@@ -404,7 +474,8 @@ impl<'g> Mlp<'g> {
             ld: stride(classes as usize) as u32,
             scale: grad_scale.unwrap_or(0.0),
             dlogits: grad_scale.map_or(0, |_| self.dlogits()),
-            db: self.g16(self.offsets[self.layers() - 1].1),
+            db,
+            sgd: bias_sgd,
             loss,
             correct,
             step,

@@ -470,19 +470,22 @@ impl<'a> Trainer<'a> {
         model.forward(b.xb.ptr, rows)?;
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         let grad_scale = Some(1.0 / o.batch as f32);
-        model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr)?;
         let step = SgdStep {
             lr: o.lr,
             momentum: o.momentum,
         };
-        // On one GPU the first layer's weights, most of the parameters, take their step in
-        // their gradient's GEMM; replicas step them after summing the gradients.
-        let first = self.comm.is_none().then_some(step);
-        model.backward(b.xb.ptr, rows, first)?;
+        // On one GPU every parameter takes its step in the kernel that makes its gradient;
+        // replicas store their gradients, sum them, then step.
+        let fused = (self.comm.is_none() && model.steps_in_backward()).then_some(step);
+        model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, fused)?;
+        model.backward(b.xb.ptr, rows, fused)?;
         if let Some(comm) = self.comm {
             comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
         }
-        model.update(step, first.is_some())
+        match fused {
+            Some(_) => Ok(()),
+            None => model.update(step),
+        }
     }
 
     /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into
@@ -524,7 +527,8 @@ impl<'a> Trainer<'a> {
             let rows = rows_per.min(test.count - start);
             self.model.forward(b.x_test.at(start * test.dim), rows)?;
             let sums = (b.eval_loss.at(c), b.eval_correct.at(c));
-            self.model.loss(b.y_test.at(start), rows, None, sums, 0)?;
+            self.model
+                .loss(b.y_test.at(start), rows, None, sums, 0, None)?;
         }
         let l = self.gpu.download_buf(b.eval_loss)?;
         let c = self.gpu.download_buf(b.eval_correct)?;
