@@ -48,6 +48,14 @@ impl Version {
         }
     }
 
+    /// [`Version::smem_bytes`] for a problem: a tensor-core kernel's SGD epilogue may stage more.
+    pub fn smem_bytes_for(&self, p: &Problem) -> usize {
+        match self {
+            Version::Tensor(c, _) if p.sgd.is_some() => c.smem_bytes_stepping(),
+            _ => self.smem_bytes(),
+        }
+    }
+
     /// Whether this GPU runs the version: the loaded PTX holds it and a block's shared memory
     /// fits the limit (or the `--max-smem-kb` cap); if not, an error that says which.
     pub fn ensure_runs_on(&self, gpu: &Gpu) -> Result<()> {
@@ -360,7 +368,7 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
     let cfg = |tile_m: usize, tile_n: usize, threads: usize| LaunchConfig {
         grid_dim: (p.n.div_ceil(tile_n) as u32, p.m.div_ceil(tile_m) as u32, 1),
         block_dim: (threads as u32, 1, 1),
-        shared_mem_bytes: v.smem_bytes() as u32,
+        shared_mem_bytes: v.smem_bytes_for(p) as u32,
     };
     let geometry = match v {
         Version::Simt("naive") => cfg(16, 16, 256),
@@ -953,6 +961,27 @@ mod tests {
             );
             assert_eq!(c.failures, 1, "{got} must fail");
         }
+    }
+
+    /// A stepping launch asks for the staged tile where the stages hold less; others do not.
+    #[test]
+    fn only_a_stepping_launch_asks_for_the_staged_tile() {
+        let c = TILE_CONFIGS
+            .iter()
+            .find(|c| c.name == "tc75_128x128x32_64x32")
+            .unwrap();
+        let v = Version::Tensor(c, Accum::F16);
+        let plain = Problem::new(128, 128, 32, Layout::NN);
+        let stepping = Problem {
+            sgd: Some(SgdStep {
+                lr: 0.1,
+                momentum: 0.9,
+            }),
+            ..plain
+        };
+        assert_eq!(v.smem_bytes_for(&plain), c.smem_bytes());
+        assert_eq!(v.smem_bytes_for(&stepping), c.smem_bytes_stepping());
+        assert!(c.smem_bytes_stepping() > c.smem_bytes());
     }
 
     /// The SGD check passes the step the kernels take and fails a wrong gradient, a master

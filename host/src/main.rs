@@ -141,7 +141,8 @@ struct TrainFlags {
     /// Launch each kernel of a step instead of replaying a captured CUDA graph.
     #[arg(long)]
     no_graph: bool,
-    /// Train with one kernel per operation (GEMMs, loss, update, replayed as a CUDA graph) even
+    /// Train with one kernel per operation (GEMMs, loss, bias gradients; on one GPU the
+    /// gradients' kernels take the SGD step; replayed as a CUDA graph) even
     /// where the persistent kernel applies (one hidden layer, batch ≤ 128, sm_80+).
     #[arg(long)]
     layered: bool,

@@ -23,7 +23,8 @@ fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
         ..layered()
     };
     let replica = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
-    // A sum over one rank changes nothing: the same steps, bit for bit.
+    // A sum over one rank changes nothing: the same steps, bit for bit (and the replica's
+    // separate update takes the same steps as one GPU's, taken in the gradients' kernels).
     assert_eq!(alone[0].step_losses, replica[0].step_losses);
     assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
     let many = Options {

@@ -131,17 +131,24 @@ impl TileConfig {
         }
     }
     /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
-    /// `mbarrier` pair per stage (full, empty) after them; on `mma.sync` rows at least the
-    /// fp16 C tile the SGD epilogue stages there, rows padded by [`STAGED_PAD`].
+    /// `mbarrier` pair per stage (full, empty) after them.
     pub const fn smem_bytes(&self) -> usize {
         let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
-        let staged = self.block.0 * (self.block.1 + STAGED_PAD) * 2;
         if self.is_wgmma() {
             tiles + self.stages * 16
-        } else if staged > tiles {
-            staged
         } else {
             tiles
+        }
+    }
+    /// Dynamic shared memory an `mma.sync` kernel that takes an SGD step needs: at least the
+    /// fp16 C tile its epilogue stages there, rows padded by [`STAGED_PAD`]. Only then: on
+    /// Turing, the larger size would fit one block an SM where two fit.
+    pub const fn smem_bytes_stepping(&self) -> usize {
+        let staged = self.block.0 * (self.block.1 + STAGED_PAD) * 2;
+        if staged > self.smem_bytes() {
+            staged
+        } else {
+            self.smem_bytes()
         }
     }
     /// Whether PTX for compute capability `sm` holds the kernel; `specific`: the PTX is an
@@ -269,8 +276,7 @@ impl Sgd {
     }
 
     /// The step of element `k` of the weights for gradient `g`: updates its velocity and
-    /// master weight and returns the new fp16 weight. The one definition of the update, which
-    /// `sgd_update` takes too, so a fused and an unfused step agree bit for bit.
+    /// master weight and returns the new fp16 weight.
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
     pub fn step(&self, k: usize, g: f32) -> u16 {
@@ -295,7 +301,9 @@ impl Sgd {
         }
     }
 
-    /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`.
+    /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`: the one
+    /// definition of the update, which every kernel that steps takes (`sgd_update` too), so a
+    /// fused and an unfused step agree bit for bit.
     #[inline(always)]
     pub fn apply(&self, w: f32, v: f32, g: f32) -> (f32, f32) {
         let v = self.momentum * v + g;
@@ -423,18 +431,20 @@ mod tests {
     }
 
     #[test]
-    fn smem_size_counts_every_stage_or_the_staged_tile() {
+    fn smem_size_counts_every_stage_and_a_step_the_staged_tile() {
         let c = TILE_CONFIGS
             .iter()
             .find(|c| c.name == "tc80_128x128x32_64x64_s4")
             .unwrap();
         assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
         assert_eq!(c.threads(), 128);
+        assert_eq!(c.smem_bytes_stepping(), c.smem_bytes());
         // Two stages of a 32-deep slice hold less than the SGD epilogue's padded C tile.
         let c = TILE_CONFIGS
             .iter()
             .find(|c| c.name == "tc75_128x128x32_64x32")
             .unwrap();
-        assert_eq!(c.smem_bytes(), 128 * (128 + STAGED_PAD) * 2);
+        assert_eq!(c.smem_bytes(), 2 * (128 + 128) * 32 * 2);
+        assert_eq!(c.smem_bytes_stepping(), 128 * (128 + STAGED_PAD) * 2);
     }
 }

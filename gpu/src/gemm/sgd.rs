@@ -1,9 +1,9 @@
 //! The SGD epilogue of the `mma.sync` rungs ([`Args::sgd`]): the block's gradient tile,
-//! `alpha·AB` rounded to fp16 (a step takes no bias, ReLU or gate), is staged in shared memory, free once the mainloop has ended, then the whole block walks it row
-//! by row, four columns a thread. The fp32 master weights and velocity, 16 of the 18 bytes an
-//! element moves here, then travel as whole 16-byte accesses, several rows of them in flight
-//! at once; stored from the accumulators' fragment layout, each thread would wait on them one
-//! fragment at a time.
+//! `alpha·AB` rounded to fp16 (a step takes no bias, ReLU or gate), is staged in shared memory,
+//! free once the mainloop has ended, then the whole block walks it row by row, four columns a
+//! thread. The fp32 master weights and velocity, 16 of the 18 bytes an element moves here, then
+//! travel as whole 16-byte accesses, several rows of them in flight at once; stored from the
+//! accumulators' fragment layout, each thread would wait on them one fragment at a time.
 use super::{Args, STAGED_PAD};
 use crate::arch::*;
 use crate::layout::mma_c;
@@ -34,7 +34,7 @@ struct Quad {
 
 /// Steps the weights of the block tile at `(bm0, bn0)` by the gradients in `acc`, the warp
 /// tile at `(wm0, wn0)` of it, and stores their new fp16 copy to C. `smem`: the stages' shared
-/// memory, which holds the staged tile (`TileConfig::smem_bytes` counts it).
+/// memory, which holds the staged tile (`TileConfig::smem_bytes_stepping` counts it).
 #[inline(always)]
 pub fn step_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const NI: usize>(
     p: Args,

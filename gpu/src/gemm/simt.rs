@@ -22,8 +22,8 @@ fn load_b<const TB: bool>(p: &Args, kk: u32, j: u32) -> f32 {
     h2f(unsafe { *p.b.add(idx as usize) })
 }
 
-/// What every version stores at (i, j) of C: the [`output`], or with an SGD step the new
-/// weight it is the gradient of.
+/// What the SIMT rungs and the split-K reduction store at (i, j) of C: the [`output`], or with
+/// an SGD step the new weight it is the gradient of.
 #[inline(always)]
 pub fn epilogue(p: &Args, i: u32, j: u32, acc: f32) -> u16 {
     p.sgd.take((i * p.ldc + j) as usize, output(p, i, j, acc))

@@ -93,8 +93,8 @@ pub struct Mlp<'g> {
     train_rows: usize,
     /// Split-K workspace, sized for the largest plan.
     ws: Buf<f32>,
-    /// Where a layer's bias gradient runs beside its weight gradient's GEMM (both read only
-    /// the layer's output gradient): a second stream, and the events that fork it from the
+    /// Where a layer's bias gradient runs beside its weight gradient's GEMM (neither writes
+    /// what the other reads): a second stream, and the events that fork it from the
     /// GPU's stream and join it back.
     beside: Beside,
 }
@@ -414,7 +414,8 @@ impl<'g> Mlp<'g> {
     }
 
     /// Queues `side` on the second stream beside `main` on the GPU's stream: both after the
-    /// work queued before, the work queued after after both.
+    /// work queued before, the work queued after after both. The streams meet again even when
+    /// either fails to queue, so a capture in progress ends joined.
     fn beside(
         &self,
         side: impl FnOnce(&CudaStream) -> Result<()>,
@@ -423,11 +424,11 @@ impl<'g> Mlp<'g> {
         let (b, stream) = (&self.beside, &self.gpu.stream);
         b.fork.record(stream)?;
         b.stream.wait(&b.fork)?;
-        side(&b.stream)?;
+        let queued = side(&b.stream);
         b.join.record(&b.stream)?;
-        main()?;
+        let queued = queued.and(main());
         stream.wait(&b.join)?;
-        Ok(())
+        queued
     }
 
     /// One SGD step over every parameter from the gradients in `g16`, in one launch.

@@ -474,8 +474,9 @@ impl<'a> Trainer<'a> {
             lr: o.lr,
             momentum: o.momentum,
         };
-        // On one GPU every parameter takes its step in the kernel that makes its gradient;
-        // replicas store their gradients, sum them, then step.
+        // On one GPU every parameter takes its step in the kernel that makes its gradient
+        // (unless a forced `wgmma` configuration keeps the update apart); replicas store their
+        // gradients, sum them, then step.
         let fused = (self.comm.is_none() && model.steps_in_backward()).then_some(step);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, fused)?;
         model.backward(b.xb.ptr, rows, fused)?;
