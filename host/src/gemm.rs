@@ -396,13 +396,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         "M={} exceeds the grid's y limit",
         p.m
     );
-    if let Version::Tensor(c, _) = v {
-        ensure!(
-            !(c.is_wgmma() && p.sgd.is_some()),
-            "{} takes no SGD step",
-            c.name
-        );
-    }
+    let sgd = sgd_of(v, p, ptrs)?;
     let (name, mut cfg) = plan(gpu, v, p)?;
     let f = gpu.function(&name)?;
     if cfg.shared_mem_bytes > 48 * 1024 {
@@ -427,26 +421,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         beta: p.beta,
         relu: p.relu as u32,
         gate: ptrs.gate as *const u16,
-        sgd: match p.sgd {
-            Some(SgdStep { lr, momentum }) => {
-                ensure!(
-                    ptrs.master != 0 && ptrs.velocity != 0,
-                    "an SGD step needs the master weights and velocity"
-                );
-                ensure!(
-                    p.beta == 0.0 && !p.relu && ptrs.bias == 0 && ptrs.gate == 0,
-                    "an SGD step takes the plain product as its gradient: no beta, ReLU, bias \
-                     or gate"
-                );
-                gpu::gemm::Sgd {
-                    master: ptrs.master as *mut f32,
-                    velocity: ptrs.velocity as *mut f32,
-                    lr,
-                    momentum,
-                }
-            }
-            None => gpu::gemm::Sgd::NONE,
-        },
+        sgd,
     };
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
@@ -503,6 +478,32 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         unsafe { gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(hopper)], &mut args) }?;
     }
     Ok(())
+}
+
+/// The kernel's SGD step for `p` ([`gpu::gemm::Sgd::NONE`] without one), or why `v` cannot
+/// take it on these buffers: the `wgmma` rungs take none, and a step needs the master weights
+/// and velocity and takes the plain product as its gradient.
+fn sgd_of(v: Version, p: &Problem, ptrs: Ptrs) -> Result<gpu::gemm::Sgd> {
+    let Some(SgdStep { lr, momentum }) = p.sgd else {
+        return Ok(gpu::gemm::Sgd::NONE);
+    };
+    if let Version::Tensor(c, _) = v {
+        ensure!(!c.is_wgmma(), "{} takes no SGD step", c.name);
+    }
+    ensure!(
+        ptrs.master != 0 && ptrs.velocity != 0,
+        "an SGD step needs the master weights and velocity"
+    );
+    ensure!(
+        p.beta == 0.0 && !p.relu && ptrs.bias == 0 && ptrs.gate == 0,
+        "an SGD step takes the plain product as its gradient: no beta, ReLU, bias or gate"
+    );
+    Ok(gpu::gemm::Sgd {
+        master: ptrs.master as *mut f32,
+        velocity: ptrs.velocity as *mut f32,
+        lr,
+        momentum,
+    })
 }
 
 /// Launches the `wgmma` kernel `f` of configuration `c`: its arguments are `params` and the
@@ -966,11 +967,10 @@ mod tests {
     /// A stepping launch asks for the staged tile where the stages hold less; others do not.
     #[test]
     fn only_a_stepping_launch_asks_for_the_staged_tile() {
-        let c = TILE_CONFIGS
-            .iter()
-            .find(|c| c.name == "tc75_128x128x32_64x32")
-            .unwrap();
-        let v = Version::Tensor(c, Accum::F16);
+        let v = Version::parse("tc75_128x128x32_64x32", Accum::F16).unwrap();
+        let Version::Tensor(c, _) = v else {
+            unreachable!("a tensor-core config")
+        };
         let plain = Problem::new(128, 128, 32, Layout::NN);
         let stepping = Problem {
             sgd: Some(SgdStep {

@@ -430,20 +430,18 @@ mod tests {
         }
     }
 
+    fn named(name: &str) -> &'static TileConfig {
+        TILE_CONFIGS.iter().find(|c| c.name == name).unwrap()
+    }
+
     #[test]
     fn smem_size_counts_every_stage_and_a_step_the_staged_tile() {
-        let c = TILE_CONFIGS
-            .iter()
-            .find(|c| c.name == "tc80_128x128x32_64x64_s4")
-            .unwrap();
+        let c = named("tc80_128x128x32_64x64_s4");
         assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
         assert_eq!(c.threads(), 128);
         assert_eq!(c.smem_bytes_stepping(), c.smem_bytes());
         // Two stages of a 32-deep slice hold less than the SGD epilogue's padded C tile.
-        let c = TILE_CONFIGS
-            .iter()
-            .find(|c| c.name == "tc75_128x128x32_64x32")
-            .unwrap();
+        let c = named("tc75_128x128x32_64x32");
         assert_eq!(c.smem_bytes(), 2 * (128 + 128) * 32 * 2);
         assert_eq!(c.smem_bytes_stepping(), 128 * (128 + STAGED_PAD) * 2);
     }
