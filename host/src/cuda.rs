@@ -507,7 +507,7 @@ impl Gpu {
         }
     }
 
-    /// Launches `f` on the stream with driver launch attributes (`cuLaunchKernelEx`), which
+    /// Launches `f` on `stream` with driver launch attributes (`cuLaunchKernelEx`), which
     /// cudarc's launch builder does not take: e.g. a programmatic dependent launch, which may
     /// start while the kernel before it finishes, so `f` must execute `griddepcontrol.wait`
     /// before its first global memory access. `args` point at the kernel's parameters, in
@@ -518,12 +518,16 @@ impl Gpu {
     /// must outlive the work.
     pub unsafe fn launch_ex(
         &self,
+        stream: &CudaStream,
         f: &CudaFunction,
         cfg: LaunchConfig,
         attrs: &mut [sys::CUlaunchAttribute],
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        let config = self.launch_config(cfg, attrs);
+        let config = sys::CUlaunchConfig {
+            hStream: stream.cu_stream(),
+            ..self.launch_config(cfg, attrs)
+        };
         self.ctx.bind_to_thread()?;
         // SAFETY: `config` and `attrs` outlive the call; the caller vouches for `args`.
         unsafe {

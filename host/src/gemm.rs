@@ -6,8 +6,8 @@ use crate::ptx::Arch;
 use crate::tma;
 use anyhow::{Context, Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
-use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::descriptor::TensorMaps;
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
@@ -384,6 +384,17 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
 /// Launches one GEMM on the GPU's stream (asynchronously). Validate the problem first with
 /// [`Problem::validate`]; the pointers must address buffers of those sizes.
 pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
+    launch_on(gpu, &gpu.stream, v, p, ptrs)
+}
+
+/// [`launch`] on `stream`, one of the GPU's context.
+pub fn launch_on(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    v: Version,
+    p: &Problem,
+    ptrs: Ptrs,
+) -> Result<()> {
     ensure!(
         p.m > 0 && p.n > 0 && p.k > 0,
         "GEMM dimensions must be positive, got M={} N={} K={}",
@@ -426,7 +437,7 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
     {
-        return launch_warpgroup(gpu, (&f, cfg), c, p, ptrs, &params);
+        return launch_warpgroup(gpu, stream, (&f, cfg), c, p, ptrs, &params);
     }
     let (k_slice, splits) = match v {
         Version::Tensor(c, _) => split_slices(p, c),
@@ -463,9 +474,15 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
     unsafe {
         if matches!(v, Version::Tensor(..)) {
             cfg.grid_dim.2 = splits as u32;
-            gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(one_pass)], &mut args)
+            gpu.launch_ex(
+                stream,
+                &f,
+                cfg,
+                &mut dependent[..usize::from(one_pass)],
+                &mut args,
+            )
         } else {
-            gpu.launch_ex(&f, cfg, &mut [], &mut args[..1])
+            gpu.launch_ex(stream, &f, cfg, &mut [], &mut args[..1])
         }
     }?;
     if splits > 1 {
@@ -475,7 +492,15 @@ pub fn launch(gpu: &Gpu, v: Version, p: &Problem, ptrs: Ptrs) -> Result<()> {
         let mut args = [arg(&ws), arg(&s), arg(&params)];
         // SAFETY: the arguments are `splitk_reduce`'s parameters, in order and of its types;
         // the caller keeps the buffers alive as for any launch.
-        unsafe { gpu.launch_ex(&f, cfg, &mut dependent[..usize::from(hopper)], &mut args) }?;
+        unsafe {
+            gpu.launch_ex(
+                stream,
+                &f,
+                cfg,
+                &mut dependent[..usize::from(hopper)],
+                &mut args,
+            )
+        }?;
     }
     Ok(())
 }
@@ -510,6 +535,7 @@ fn sgd_of(v: Version, p: &Problem, ptrs: Ptrs) -> Result<gpu::gemm::Sgd> {
 /// tensor maps of the operands.
 fn launch_warpgroup(
     gpu: &Gpu,
+    stream: &CudaStream,
     (f, cfg): (&cudarc::driver::CudaFunction, LaunchConfig),
     c: &TileConfig,
     p: &Problem,
@@ -521,7 +547,7 @@ fn launch_warpgroup(
     let mut args = [arg(params), arg(&maps)];
     // SAFETY: the arguments are the kernel's parameters, in order and of its types; the maps
     // describe the caller's buffers, which it keeps alive.
-    unsafe { gpu.launch_ex(f, cfg, &mut [], &mut args) }
+    unsafe { gpu.launch_ex(stream, f, cfg, &mut [], &mut args) }
 }
 
 /// Why version `v` cannot run `p` on these buffers, where it cannot for a reason of the

@@ -91,19 +91,19 @@ pub struct Mlp<'g> {
     plans: [Vec<[Plan; 3]>; 2],
     /// Rows of a training step; the GEMMs of other row counts use the evaluation plans.
     train_rows: usize,
-    /// Split-K workspace, sized for the largest plan.
+    /// Split-K workspace of the GEMMs on the GPU's stream, sized for the largest plan.
     ws: Buf<f32>,
-    /// Where a layer's bias gradient runs beside its weight gradient's GEMM (neither writes
-    /// what the other reads): a second stream, and the events that fork it from the
-    /// GPU's stream and join it back.
+    /// Where the parameters' gradients (and steps) run beside the rest of the backward pass.
     beside: Beside,
 }
 
-/// A second stream and the events that fork work onto it and join it back.
+/// A second stream, the events that fork work onto it from the GPU's stream and join it back,
+/// and the split-K workspace of the GEMMs it runs.
 struct Beside {
     stream: Arc<CudaStream>,
     fork: CudaEvent,
     join: CudaEvent,
+    ws: Buf<f32>,
 }
 
 impl Drop for Beside {
@@ -200,22 +200,25 @@ impl<'g> Mlp<'g> {
             })
         };
         let mut plans: [Vec<[Plan; 3]>; 2] = [Vec::new(), Vec::new()];
-        let mut ws_len = 0;
+        // Workspace lengths on the GPU's stream and beside it (the weight gradients of every
+        // layer but the first, in training steps).
+        let mut ws_len = [0, 0];
         for (slot, r) in [train_rows, eval_rows].into_iter().enumerate() {
-            for w in sizes.windows(2) {
+            for (l, w) in sizes.windows(2).enumerate() {
                 let shapes = layer_shapes(r, w[0], w[1]);
                 let p = [plan(shapes[0])?, plan(shapes[1])?, plan(shapes[2])?];
-                for (q, &(m, n, k)) in p.iter().zip(&shapes) {
+                for (which, (q, &(m, n, k))) in p.iter().zip(&shapes).enumerate() {
                     let prob = Problem {
                         split_k: q.split_k,
                         ..Problem::new(m, n, k, Layout::NN)
                     };
-                    ws_len = ws_len.max(gemm::workspace_len(q.version, &prob));
+                    let on = usize::from(slot == 0 && which == 1 && l > 0);
+                    ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
                 }
                 plans[slot].push(p);
             }
         }
-        let ws = arena.alloc(ws_len)?;
+        let ws = arena.alloc(ws_len[0])?;
         Ok(Mlp {
             gpu,
             sizes: sizes.to_vec(),
@@ -236,6 +239,7 @@ impl<'g> Mlp<'g> {
                 stream: gpu.ctx.new_stream()?,
                 fork: gpu.ctx.new_event(None)?,
                 join: gpu.ctx.new_event(None)?,
+                ws: arena.alloc(ws_len[1])?,
             },
         })
     }
@@ -287,15 +291,27 @@ impl<'g> Mlp<'g> {
     }
 
     /// Runs GEMM `which` (0 forward, 1 weight gradient, 2 input gradient) of layer `l` by its
-    /// plan; `ptrs`' workspace is the model's.
+    /// plan on the GPU's stream.
     fn gemm(&self, which: usize, l: usize, rows: usize, p: Problem, ptrs: Ptrs) -> Result<()> {
+        self.gemm_on((&self.gpu.stream, self.ws.ptr), which, l, rows, p, ptrs)
+    }
+
+    /// [`Mlp::gemm`] on `stream`, with `ws` as its split-K workspace.
+    fn gemm_on(
+        &self,
+        (stream, ws): (&CudaStream, u64),
+        which: usize,
+        l: usize,
+        rows: usize,
+        p: Problem,
+        ptrs: Ptrs,
+    ) -> Result<()> {
         let plan = self.plans[(rows != self.train_rows) as usize][l][which];
         let p = Problem {
             split_k: plan.split_k,
             ..p
         };
-        let ws = self.ws.ptr;
-        gemm::launch(self.gpu, plan.version, &p, Ptrs { ws, ..ptrs })
+        gemm::launch_on(self.gpu, stream, plan.version, &p, Ptrs { ws, ..ptrs })
     }
 
     /// Forward over `rows` rows of `x` (fp16, `rows × sizes[0]`): bias and ReLU fused into each
@@ -354,81 +370,123 @@ impl<'g> Mlp<'g> {
 
     /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
     /// every parameter gradient; with `step`, every parameter takes that SGD step as soon as its
-    /// gradient is made (a layer's input gradient, which reads its weights, comes first), and
-    /// no gradient is stored.
+    /// gradient is made, and no gradient is stored.
+    ///
+    /// A layer's input gradient, which reads its weights, comes first; its parameters' gradients
+    /// then run on the second stream beside the rest of the pass (nothing after reads what they
+    /// write or writes what they read), the first layer's weights' on the GPU's stream beside
+    /// its bias's. The streams meet at the end, even when queueing fails, so a capture in
+    /// progress ends joined.
     pub fn backward(&self, x: u64, rows: usize, step: Option<SgdStep>) -> Result<()> {
+        let mut forked = false;
+        let queued = self.queue_backward(x, rows, step, &mut forked);
+        if forked {
+            let b = &self.beside;
+            b.join.record(&b.stream)?;
+            self.gpu.stream.wait(&b.join)?;
+        }
+        queued
+    }
+
+    /// Queues [`Mlp::backward`]'s work, setting `forked` once work is on the second stream.
+    fn queue_backward(
+        &self,
+        x: u64,
+        rows: usize,
+        step: Option<SgdStep>,
+        forked: &mut bool,
+    ) -> Result<()> {
+        let main = (&*self.gpu.stream, self.ws.ptr);
+        let beside = (&*self.beside.stream, self.beside.ws.ptr);
         for l in (0..self.layers()).rev() {
-            let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-            let (d, ld) = (self.grads[l].ptr, stride(o));
-            let (input, input_ld) = self.input_of(l, x);
             if l > 0 {
-                // d(input) = d · W: M = rows, N = in, K = out, back through the ReLU that
-                // produced the input in the epilogue.
-                let p = Problem {
-                    lda: ld,
-                    ldc: input_ld,
-                    ..Problem::new(rows, i, o, Layout::NN)
-                };
-                let ptrs = Ptrs {
-                    a: d,
-                    b: self.p16(self.offsets[l].0),
-                    c: self.grads[l - 1].ptr,
-                    gate: input,
-                    ..Ptrs::default()
-                };
-                self.gemm(2, l, rows, p, ptrs)?;
+                self.input_gradient(l, x, rows)?;
             }
-            // dW = dᵀ · input: M = out, N = in, K = rows.
-            let (c, sgd) = self.gradient_of(self.offsets[l].0, step);
-            let p = Problem {
-                lda: ld,
-                ldb: input_ld,
-                sgd: step,
-                ..Problem::new(o, i, rows, Layout::TN)
-            };
-            let ptrs = Ptrs {
-                a: d,
-                b: input,
-                c,
-                master: sgd.master as u64,
-                velocity: sgd.velocity as u64,
-                ..Ptrs::default()
-            };
-            let dw = || self.gemm(1, l, rows, p, ptrs);
-            if l + 1 < self.layers() {
-                let (db, sgd) = self.gradient_of(self.offsets[l].1, step);
-                let p = BiasGrad {
-                    dy: d,
-                    rows: rows as u32,
-                    cols: o as u32,
-                    ld: ld as u32,
-                    db,
-                    sgd,
-                };
-                self.beside(|s| bias_grad(self.gpu, s, p), dw)?;
-            } else {
-                dw()?;
+            // The logits' bias gradient came with the loss.
+            let hidden = l + 1 < self.layers();
+            if l > 0 || hidden {
+                self.fork()?;
+                *forked = true;
             }
+            if hidden {
+                bias_grad(self.gpu, beside.0, self.bias_gradient(l, rows, step))?;
+            }
+            let on = if l > 0 { beside } else { main };
+            self.weight_gradient(on, l, x, rows, step)?;
         }
         Ok(())
     }
 
-    /// Queues `side` on the second stream beside `main` on the GPU's stream: both after the
-    /// work queued before, the work queued after after both. The streams meet again even when
-    /// either fails to queue, so a capture in progress ends joined.
-    fn beside(
+    /// Queues layer `l`'s input gradient, `d(input) = d · W` (M = rows, N = in, K = out), back
+    /// through the ReLU that produced the input, in the epilogue.
+    fn input_gradient(&self, l: usize, x: u64, rows: usize) -> Result<()> {
+        let (i, o) = (self.sizes[l], self.sizes[l + 1]);
+        let (input, input_ld) = self.input_of(l, x);
+        let p = Problem {
+            lda: stride(o),
+            ldc: input_ld,
+            ..Problem::new(rows, i, o, Layout::NN)
+        };
+        let ptrs = Ptrs {
+            a: self.grads[l].ptr,
+            b: self.p16(self.offsets[l].0),
+            c: self.grads[l - 1].ptr,
+            gate: input,
+            ..Ptrs::default()
+        };
+        self.gemm(2, l, rows, p, ptrs)
+    }
+
+    /// Queues layer `l`'s weight gradient `dW = dᵀ · input` (M = out, N = in, K = rows), or
+    /// with `step` its SGD step, on `on`: a stream and its split-K workspace.
+    fn weight_gradient(
         &self,
-        side: impl FnOnce(&CudaStream) -> Result<()>,
-        main: impl FnOnce() -> Result<()>,
+        on: (&CudaStream, u64),
+        l: usize,
+        x: u64,
+        rows: usize,
+        step: Option<SgdStep>,
     ) -> Result<()> {
-        let (b, stream) = (&self.beside, &self.gpu.stream);
-        b.fork.record(stream)?;
+        let (i, o) = (self.sizes[l], self.sizes[l + 1]);
+        let (input, input_ld) = self.input_of(l, x);
+        let (c, sgd) = self.gradient_of(self.offsets[l].0, step);
+        let p = Problem {
+            lda: stride(o),
+            ldb: input_ld,
+            sgd: step,
+            ..Problem::new(o, i, rows, Layout::TN)
+        };
+        let ptrs = Ptrs {
+            a: self.grads[l].ptr,
+            b: input,
+            c,
+            master: sgd.master as u64,
+            velocity: sgd.velocity as u64,
+            ..Ptrs::default()
+        };
+        self.gemm_on(on, 1, l, rows, p, ptrs)
+    }
+
+    /// Layer `l`'s bias gradient, or with `step` its SGD step: column sums of `d`.
+    fn bias_gradient(&self, l: usize, rows: usize, step: Option<SgdStep>) -> BiasGrad {
+        let o = self.sizes[l + 1];
+        let (db, sgd) = self.gradient_of(self.offsets[l].1, step);
+        BiasGrad {
+            dy: self.grads[l].ptr,
+            rows: rows as u32,
+            cols: o as u32,
+            ld: stride(o) as u32,
+            db,
+            sgd,
+        }
+    }
+
+    /// Makes the second stream wait for the work queued so far on the GPU's stream.
+    fn fork(&self) -> Result<()> {
+        let b = &self.beside;
+        b.fork.record(&self.gpu.stream)?;
         b.stream.wait(&b.fork)?;
-        let queued = side(&b.stream);
-        b.join.record(&b.stream)?;
-        let queued = queued.and(main());
-        stream.wait(&b.join)?;
-        queued
+        Ok(())
     }
 
     /// One SGD step over every parameter from the gradients in `g16`, in one launch.

@@ -488,7 +488,7 @@ impl Persistent {
         // SAFETY: the kernel's one parameter is a `Params` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).
-        unsafe { gpu.launch_ex(&self.f, cfg, &mut attrs, &mut [arg(&args)]) }
+        unsafe { gpu.launch_ex(&gpu.stream, &self.f, cfg, &mut attrs, &mut [arg(&args)]) }
     }
 
     pub fn blocks(&self) -> u32 {
