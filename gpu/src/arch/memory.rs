@@ -60,6 +60,14 @@ pub fn ld_global_cg_v2_i64(p: *const i64) -> [i64; 2] {
     [a, b]
 }
 
+/// Asks L2 for the 128-byte line holding `p`, so that a later access finds it there instead of
+/// waiting on DRAM; the thread does not wait. L2 is where every SM's global accesses meet, so
+/// the line cannot go stale there.
+#[inline(always)]
+pub fn prefetch_l2(p: *const u8) {
+    unsafe { asm!("prefetch.global.L2 [{p}];", p = in(reg64) p, options(readonly, nostack)) };
+}
+
 /// `*p += v` in global memory, relaxed, at GPU scope, with no value returned.
 #[inline(always)]
 pub fn red_global_add_i64(p: *mut i64, v: i64) {

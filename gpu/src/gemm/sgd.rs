@@ -32,6 +32,46 @@ struct Quad {
     staged: u32,
 }
 
+/// The smallest block tile (in elements) whose step prefetches. Such a block, with its staged
+/// tile, has an SM to itself, and [`IN_FLIGHT`] quads of its threads keep too few bytes in
+/// flight to use DRAM's bandwidth; smaller tiles share an SM with others that fill it, and the
+/// prefetches only add requests (`docs/gemm.md` has both measurements).
+pub const PREFETCH_AREA: usize = 128 * 256;
+
+/// Starts the master weights and velocity of the block tile at `(bm0, bn0)` on their way into
+/// L2, for the block's threads to issue once the mainloop has ended: every line the step reads
+/// is then requested at once, while the gradient tile is staged. Issued before the mainloop
+/// instead, the prefetches delay the operands' loads of a short-K product.
+#[inline(always)]
+pub fn prefetch_tile<const BM: usize, const BN: usize>(
+    p: &Args,
+    (bm0, bn0): (u32, u32),
+    threads: usize,
+) {
+    const LINE: usize = 128;
+    // Lines of one row's span of the tile (one more where the span does not start a line),
+    // clamped to the row's last column inside C.
+    let per_row = (4 * BN).div_ceil(LINE) + 1;
+    let mut t = thread_x() as usize;
+    while t < 2 * BM * per_row {
+        let (array, rest) = (t / (BM * per_row), t % (BM * per_row));
+        let (r, line) = (rest / per_row, rest % per_row);
+        let i = bm0 + r as u32;
+        if i < p.m && bn0 < p.n {
+            let base = if array == 0 {
+                p.sgd.master
+            } else {
+                p.sgd.velocity
+            };
+            let first = unsafe { base.add((i * p.ldc + bn0) as usize) } as usize;
+            let last = unsafe { base.add((i * p.ldc + p.n.min(bn0 + BN as u32) - 1) as usize) };
+            let at = (first & !(LINE - 1)) + line * LINE;
+            prefetch_l2(at.min(last as usize) as *const u8);
+        }
+        t += threads;
+    }
+}
+
 /// Steps the weights of the block tile at `(bm0, bn0)` by the gradients in `acc`, the warp
 /// tile at `(wm0, wn0)` of it, and stores their new fp16 copy to C. `smem`: the stages' shared
 /// memory, which holds the staged tile (`TileConfig::smem_bytes_stepping` counts it).

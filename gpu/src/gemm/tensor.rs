@@ -9,7 +9,7 @@
 //!   work on the current one, then stored to the other of two buffers;
 //! - `cp.async` (sm_80+): STAGES−1 slices are in flight while one is consumed.
 use super::Args;
-use super::sgd::step_tile;
+use super::sgd::{PREFETCH_AREA, prefetch_tile, step_tile};
 use super::simt::{positive, store_pair};
 use crate::arch::*;
 use crate::layout::{CHUNK, Operand, ldmatrix_lane, mma_c, swizzled_offset};
@@ -331,16 +331,20 @@ pub fn gemm<
         mainloop_staged::<A, MI, NI, BK, _>(&mut acc, ktiles, fetch, store, load, mma_step);
     }
 
+    let steps = !p.sgd.is_none() && ws.is_null();
+    if steps && BM * BN >= PREFETCH_AREA {
+        prefetch_tile::<BM, BN>(&p, (bm0, bn0), threads);
+    }
     // The kernel after this one (the split-K reduction, the next GEMM) is a dependent launch
     // on sm_90: once every block is here, it may be scheduled and wait for this grid on the
     // GPU, not behind a launch. Not earlier: its blocks would take SMs as the first ones free
     // up, unevenly, while they can do nothing but wait.
     launch_dependents();
 
-    if p.sgd.is_none() || !ws.is_null() {
-        store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
-    } else {
+    if steps {
         step_tile::<A, BM, BN, MI, NI>(p, smem, &acc, (bm0, bn0), (wm0, wn0), threads);
+    } else {
+        store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
     }
 }
 
