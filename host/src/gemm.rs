@@ -268,10 +268,6 @@ impl Problem {
         if let Some(len) = bias_len {
             ensure!(len >= self.n, "bias holds {len} elements, N={}", self.n);
         }
-        ensure!(
-            self.sgd.is_none() || (self.beta == 0.0 && !self.relu && bias_len.is_none()),
-            "an SGD step takes the plain product as its gradient: no beta, ReLU or bias"
-        );
         Ok(())
     }
 }

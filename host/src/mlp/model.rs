@@ -114,6 +114,12 @@ impl Drop for Beside {
     }
 }
 
+/// Whether layer `l`'s weight gradient runs on the second stream, beside the rest of the
+/// backward pass: every layer's but the first's, which has nothing after it to run beside.
+fn weight_gradient_beside(l: usize) -> bool {
+    l > 0
+}
+
 /// How one GEMM of the model runs: the kernel version and its K slices.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
@@ -200,8 +206,8 @@ impl<'g> Mlp<'g> {
             })
         };
         let mut plans: [Vec<[Plan; 3]>; 2] = [Vec::new(), Vec::new()];
-        // Workspace lengths on the GPU's stream and beside it (the weight gradients of every
-        // layer but the first, in training steps).
+        // Workspace lengths on the GPU's stream and beside it (weight gradients of training
+        // steps).
         let mut ws_len = [0, 0];
         for (slot, r) in [train_rows, eval_rows].into_iter().enumerate() {
             for (l, w) in sizes.windows(2).enumerate() {
@@ -212,7 +218,7 @@ impl<'g> Mlp<'g> {
                         split_k: q.split_k,
                         ..Problem::new(m, n, k, Layout::NN)
                     };
-                    let on = usize::from(slot == 0 && which == 1 && l > 0);
+                    let on = usize::from(slot == 0 && which == 1 && weight_gradient_beside(l));
                     ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
                 }
                 plans[slot].push(p);
@@ -404,14 +410,15 @@ impl<'g> Mlp<'g> {
             }
             // The logits' bias gradient came with the loss.
             let hidden = l + 1 < self.layers();
-            if l > 0 || hidden {
+            let on_beside = weight_gradient_beside(l);
+            if on_beside || hidden {
                 self.fork()?;
                 *forked = true;
             }
             if hidden {
                 bias_grad(self.gpu, beside.0, self.bias_gradient(l, rows, step))?;
             }
-            let on = if l > 0 { beside } else { main };
+            let on = if on_beside { beside } else { main };
             self.weight_gradient(on, l, x, rows, step)?;
         }
         Ok(())
