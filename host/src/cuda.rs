@@ -485,6 +485,14 @@ pub fn attribute(
     a
 }
 
+/// The launch attribute that groups blocks into clusters of `x` × `y`.
+pub fn cluster_attribute((x, y): (u32, u32)) -> sys::CUlaunchAttribute {
+    attribute(
+        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        |v| v.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z: 1 },
+    )
+}
+
 impl Gpu {
     /// The driver's launch configuration for `cfg` on this GPU's stream, with `attrs` (which
     /// must outlive its use): what `cuLaunchKernelEx` and the occupancy queries take.

@@ -1,6 +1,6 @@
 //! Host side of the GEMM ladder: validation, configuration choice, launch geometry, the CPU
 //! reference and cuBLAS for comparison.
-use crate::cuda::{Gpu, PushKernelArg, arg, attribute};
+use crate::cuda::{Gpu, PushKernelArg, arg, attribute, cluster_attribute};
 use crate::kernels;
 use crate::ptx::Arch;
 use crate::tma;
@@ -371,7 +371,13 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
         Version::Simt("smem") => cfg(SMEM_TILE, SMEM_TILE, SMEM_TILE * SMEM_TILE),
         Version::Simt("regblock") => cfg(RB_TILE, RB_TILE, RB_THREADS),
         Version::Simt(other) => bail!("unknown SIMT version {other}"),
-        Version::Tensor(c, _) => cfg(c.block.0, c.block.1, c.threads()),
+        Version::Tensor(c, _) => {
+            // Clusters stand along M: the grid holds whole ones, whose blocks past M read zeros
+            // and store nothing.
+            let mut g = cfg(c.block.0, c.block.1, c.threads());
+            g.grid_dim.1 = g.grid_dim.1.next_multiple_of(c.cluster_m as u32);
+            g
+        }
     };
     v.ensure_runs_on(gpu)?;
     Ok((kernels::gemm(v, p.layout), geometry))
@@ -528,7 +534,7 @@ fn sgd_of(v: Version, p: &Problem, ptrs: Ptrs) -> Result<gpu::gemm::Sgd> {
 }
 
 /// Launches the `wgmma` kernel `f` of configuration `c`: its arguments are `params` and the
-/// tensor maps of the operands.
+/// tensor maps of the operands; its blocks form clusters of `c.cluster_m` along M.
 fn launch_warpgroup(
     gpu: &Gpu,
     stream: &CudaStream,
@@ -541,9 +547,11 @@ fn launch_warpgroup(
     ensure!(p.split_k <= 1, "{} does not split K", c.name);
     let maps = tensor_maps(c, p, ptrs)?;
     let mut args = [arg(params), arg(&maps)];
+    let mut cluster = [cluster_attribute((1, c.cluster_m as u32))];
+    let attrs = &mut cluster[..usize::from(c.cluster_m > 1)];
     // SAFETY: the arguments are the kernel's parameters, in order and of its types; the maps
     // describe the caller's buffers, which it keeps alive.
-    unsafe { gpu.launch_ex(stream, f, cfg, &mut [], &mut args) }
+    unsafe { gpu.launch_ex(stream, f, cfg, attrs, &mut args) }
 }
 
 /// Why version `v` cannot run `p` on these buffers, where it cannot for a reason of the
@@ -577,12 +585,17 @@ fn operands(p: &Problem, ptrs: Ptrs) -> (tma::Matrix, tma::Matrix) {
 }
 
 /// The tensor maps of A and B for the `wgmma` configuration `c`, in their storage orientation:
-/// an operand stored K-major is read a whole tile (`BM` or `BN` rows) of 64 K at a time, one
-/// stored MN-major in boxes of 64 K rows × 64 of M or N.
+/// an operand stored K-major is read a whole tile (`BM` rows, or a block's share of `BN`: all
+/// of it but in clusters) of 64 K at a time, one stored MN-major in boxes of 64 K rows × 64 of
+/// M or N.
 fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
     let (a, b) = operands(p, ptrs);
     let a_rows = if p.layout.trans_a() { 64 } else { c.block.0 };
-    let b_rows = if p.layout.trans_b() { c.block.1 } else { 64 };
+    let b_rows = if p.layout.trans_b() {
+        c.block.1 / c.cluster_m
+    } else {
+        64
+    };
     let map = |m: &tma::Matrix, rows: usize, name| {
         tma::tiled_map(m, rows as u32)
             .with_context(|| format!("{} reads {name} through a tensor map", c.name))

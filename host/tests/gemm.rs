@@ -316,6 +316,7 @@ fn bad_configs_are_errors() {
         warp: (64, 64),
         instruction: (16, 8, 8),
         stages: 4,
+        cluster_m: 1,
         min_sm: 75,
     }));
     let p = Problem::new(64, 64, 64, Layout::NN);

@@ -1,6 +1,7 @@
 //! Thread-block clusters (sm_90, PTX 8.1): a block's rank, the shared memory of the other
 //! blocks of its cluster (distributed shared memory), stores into it counted at the receiver's
-//! `mbarrier` (`st.async`), and the barrier of the whole cluster.
+//! `mbarrier` (`st.async`), arrivals at another block's `mbarrier`, and the barrier of the whole
+//! cluster.
 use core::arch::asm;
 
 /// This block's rank in its cluster.
@@ -49,6 +50,18 @@ pub fn st_async_v4(addr: u32, v: [u32; 4], bar: u32) {
         asm!("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}}, [{b}];",
              a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2],
              w = in(reg32) v[3], b = in(reg32) bar, options(nostack));
+    }
+}
+
+/// Arrives once at the `mbarrier` `bar` of a block of the cluster (an address from
+/// [`peer_addr`], this block's own included), releasing at the scope of this block alone: a
+/// consumer telling a block that writes its shared memory through the copy engine that it has
+/// finished reading it.
+#[inline(always)]
+pub fn mbar_arrive_cluster(bar: u32) {
+    unsafe {
+        asm!("mbarrier.arrive.shared::cluster.b64 _, [{b}];",
+             b = in(reg32) bar, options(nostack));
     }
 }
 

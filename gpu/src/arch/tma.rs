@@ -37,3 +37,16 @@ pub fn tma_load_2d(dst: u32, map: *const u8, (x, y): (u32, u32), bar: u32) {
              b = in(reg32) bar, options(nostack));
     }
 }
+
+/// [`tma_load_2d`] into every block of the cluster named in the bit mask `ctas` (bit `r`: the
+/// block of rank `r`) at once: each receives the box at the same shared address `dst`, its
+/// bytes completing at its own `mbarrier` at `bar`. One read of global memory and L2 feeds them
+/// all (the copy engine's multicast, optimised on sm_90a).
+#[inline(always)]
+pub fn tma_load_2d_multicast(dst: u32, map: *const u8, (x, y): (u32, u32), bar: u32, ctas: u16) {
+    unsafe {
+        asm!("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [{d}], [{m}, {{{x}, {y}}}], [{b}], {c};",
+             d = in(reg32) dst, m = in(reg64) map, x = in(reg32) x, y = in(reg32) y,
+             b = in(reg32) bar, c = in(reg16) ctas, options(nostack));
+    }
+}

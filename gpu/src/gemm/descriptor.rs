@@ -157,6 +157,16 @@ mod tests {
     }
 
     #[test]
+    fn a_threads_pairs_lie_on_two_rows_eight_columns_apart() {
+        for thread in 0..128 {
+            for j in 0..256 / 4 {
+                let (r, c) = accumulator_pair(thread, j % 2);
+                assert_eq!(accumulator_pair(thread, j), (r, c + 8 * (j / 2)));
+            }
+        }
+    }
+
+    #[test]
     fn the_accumulators_of_a_warpgroup_cover_its_tile_once() {
         for n in [64, 128, 256] {
             let mut seen = vec![0u8; WGMMA_M * n];

@@ -108,6 +108,9 @@ pub struct TileConfig {
     /// Shared-memory stages. 2 with register staging on sm_75, ≥ 2 with `cp.async` on sm_80+ or
     /// the copy engine's tensor copies on sm_90a.
     pub stages: usize,
+    /// Blocks of a cluster along M (`wgmma` rows; 1 elsewhere), which need the same B tiles:
+    /// each loads a share, which the copy engine multicasts to all of them.
+    pub cluster_m: usize,
     /// Lowest compute capability (×10) the kernel runs on.
     pub min_sm: u32,
 }
@@ -167,7 +170,7 @@ impl TileConfig {
 }
 
 /// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp (or
-/// warpgroup) tile M N, instruction M N K, stages, minimum sm. All rows are compiled into every
+/// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, minimum sm. All rows are compiled into every
 /// PTX whose architecture is at least the row's `min_sm` (`wgmma` rows, instruction M 64, into
 /// sm_90a PTX only); the host picks among them per shape.
 #[macro_export]
@@ -175,29 +178,33 @@ macro_rules! tile_configs {
     ($then:ident) => {
         $then! {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
-            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 75),
-            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 75),
+            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, 75),
+            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, 75),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
-            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 80),
-            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 80),
-            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 80),
-            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 80),
-            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 80),
-            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 80),
-            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 80),
+            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, 80),
+            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, 80),
+            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 1, 80),
+            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 1, 80),
+            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, 80),
+            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, 80),
+            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, 80),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
-            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 90),
-            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 90),
-            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 90),
-            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 90),
-            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 90),
+            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
+            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, 90),
+            (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, 90),
+            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, 90),
+            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, 90),
+            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
+            // Clusters of two blocks along M, which share each B tile (TMA multicast).
+            (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, 90),
+            (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, 90),
         }
     };
 }
 
 macro_rules! config_table {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $sm:expr),)*) => {
+        $st:expr, $cm:expr, $sm:expr),)*) => {
         /// Every tensor-core configuration, from [`tile_configs!`].
         pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
             name: stringify!($name),
@@ -205,6 +212,7 @@ macro_rules! config_table {
             warp: ($wm, $wn),
             instruction: ($im, $in, $ik),
             stages: $st,
+            cluster_m: $cm,
             min_sm: $sm,
         }),*];
     };
@@ -366,6 +374,11 @@ mod tests {
                 c.name
             );
             assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
+            assert_eq!(
+                c.cluster_m, 1,
+                "{}: mma.sync blocks form no clusters",
+                c.name
+            );
             assert!(
                 bk <= 64,
                 "{}: fragment offsets are kept for at most 4 k steps",
@@ -412,6 +425,11 @@ mod tests {
             assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);
             assert!(bm <= 256 && bm % 64 == 0, "{}: one box of A rows", c.name);
             assert!(c.stages >= 2 && c.min_sm == 90, "{}", c.name);
+            assert!(
+                matches!(c.cluster_m, 1 | 2 | 4) && (bn / c.cluster_m) % 64 == 0,
+                "{}: a cluster of at most 4 shares B in whole 64-wide boxes",
+                c.name
+            );
             assert!(
                 c.smem_bytes() <= 227 * 1024,
                 "{}: fits Hopper's block",

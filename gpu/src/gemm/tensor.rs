@@ -614,7 +614,7 @@ fn store_pair_out_of_line(
 /// architecture supports: the `mma.sync` rows (`warpgroup` exports the `wgmma` ones).
 macro_rules! export_tensor {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $sm:tt),)*) => {$(
+        $st:expr, $cm:expr, $sm:tt),)*) => {$(
         export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $sm);
     )*};
     (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 75) => {

@@ -7,6 +7,12 @@
 //! [`super::descriptor`] says; `full[s]` counts the bytes of stage `s` landing, `empty[s]` the
 //! consumer warpgroups that have finished reading it. One thread of a producer warpgroup issues
 //! the copies: it refills stage `s` with the K step `STAGES` ahead once `empty[s]` completes.
+//!
+//! Blocks may form clusters of `CM` along M, which need the same B tiles: each block's producer
+//! loads its A tile and a `1/CM` share of B, the copy engine multicasting the share into every
+//! block of the cluster, so each B byte leaves L2 once per cluster. A block's stage is then
+//! written by every producer of the cluster, so `empty[s]` counts the consumer warpgroups of
+//! the whole cluster, and each consumer releases a stage in every block.
 use super::Args;
 use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
 use super::descriptor::{accumulator_pair, operand_descriptor};
@@ -20,10 +26,12 @@ pub trait Accumulator: Copy {
     fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64);
     /// The two fp32 values of pair `j` (see [`accumulator_pair`]).
     fn pair(&self, j: usize) -> (f32, f32);
+    /// Pair `j` rounded to fp16, as one `f16x2` word: what the plain product stores.
+    fn packed(&self, j: usize) -> u32;
 }
 
 macro_rules! accumulator {
-    ($ty:ty, $zero:expr, $mma:ident, $pair:ident) => {
+    ($ty:ty, $zero:expr, $mma:ident, $pair:ident, $packed:ident) => {
         impl Accumulator for $ty {
             const ZERO: Self = [$zero; _];
             #[inline(always)]
@@ -34,13 +42,17 @@ macro_rules! accumulator {
             fn pair(&self, j: usize) -> (f32, f32) {
                 $pair(self, j)
             }
+            #[inline(always)]
+            fn packed(&self, j: usize) -> u32 {
+                $packed(self, j)
+            }
         }
     };
 }
-accumulator!([f32; 64], 0.0, wgmma_m64n128k16_f32, f32_pair);
-accumulator!([u32; 32], 0, wgmma_m64n128k16_f16, f16_pair);
-accumulator!([f32; 128], 0.0, wgmma_m64n256k16_f32, f32_pair);
-accumulator!([u32; 64], 0, wgmma_m64n256k16_f16, f16_pair);
+accumulator!([f32; 64], 0.0, wgmma_m64n128k16_f32, f32_pair, f32_packed);
+accumulator!([u32; 32], 0, wgmma_m64n128k16_f16, f16_pair, f16_packed);
+accumulator!([f32; 128], 0.0, wgmma_m64n256k16_f32, f32_pair, f32_packed);
+accumulator!([u32; 64], 0, wgmma_m64n256k16_f16, f16_pair, f16_packed);
 
 /// Pair `j` of fp32 accumulators: two adjacent registers.
 #[inline(always)]
@@ -52,6 +64,18 @@ fn f32_pair(acc: &[f32], j: usize) -> (f32, f32) {
 #[inline(always)]
 fn f16_pair(acc: &[u32], j: usize) -> (f32, f32) {
     (h2f(acc[j] as u16), h2f((acc[j] >> 16) as u16))
+}
+
+/// Pair `j` of fp32 accumulators rounded as [`f2h`] rounds: one `cvt` of both.
+#[inline(always)]
+fn f32_packed(acc: &[f32], j: usize) -> u32 {
+    pack_h2(acc[2 * j], acc[2 * j + 1])
+}
+
+/// Pair `j` of f16x2 accumulators: the register itself.
+#[inline(always)]
+fn f16_packed(acc: &[u32], j: usize) -> u32 {
+    acc[j]
 }
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
@@ -92,7 +116,8 @@ impl<const STAGES: usize> Ring<STAGES> {
 }
 
 /// The warpgroup GEMM: `WG` consumer warpgroups along M, each `MI` 64-row blocks of a BN-wide
-/// tile (BM = 64·MI·WG), and one producer warpgroup after them; `STAGES` stages. `A_MN`/`B_MN`:
+/// tile (BM = 64·MI·WG), and one producer warpgroup after them; `STAGES` stages; clusters of
+/// `CM` blocks along M sharing B (the launch's cluster shape must be 1 × `CM`). `A_MN`/`B_MN`:
 /// the operand is stored MN-major (A as `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`,
 /// B as `[N][K]`). `maps` is the generic address of the kernel's
 /// [`TensorMaps`](super::descriptor::TensorMaps) parameter: the copy engine reads the maps where
@@ -104,6 +129,7 @@ pub fn gemm<
     const MI: usize,
     const WG: usize,
     const STAGES: usize,
+    const CM: usize,
     const A_MN: bool,
     const B_MN: bool,
 >(
@@ -120,23 +146,35 @@ pub fn gemm<
     if thread_x() == 0 {
         for s in 0..STAGES as u32 {
             mbar_init(ring.full(s), 1);
-            mbar_init(ring.empty(s), WG as u32);
+            mbar_init(ring.empty(s), (WG * CM) as u32);
         }
     }
-    sync_threads();
+    // The other blocks' copies and releases reach this block's barriers: the cluster waits
+    // until every block has initialised its own.
+    if CM > 1 {
+        cluster_sync()
+    } else {
+        sync_threads()
+    }
     if thread_x() / 128 == WG as u32 {
         if thread_x() == 128 * WG as u32 {
-            produce::<STAGES, A_MN, B_MN>(ring, origin, (bm as u32, BN as u32), p.k, maps);
+            produce::<STAGES, CM, A_MN, B_MN>(ring, origin, (bm as u32, BN as u32), p.k, maps);
         }
     } else {
-        consume::<A, BN, MI, STAGES, A_MN, B_MN>(&p, ring, origin);
+        consume::<A, BN, MI, STAGES, CM, A_MN, B_MN>(&p, ring, origin);
+    }
+    // A block's barriers receive the other blocks' releases until those have finished: none
+    // exits before the whole cluster is done.
+    if CM > 1 {
+        cluster_sync();
     }
 }
 
 /// The producer (one thread): every K step of the block's `bm`×`bn` tile at `(m0, n0)` into
-/// the ring, each stage refilled once the consumers have released its previous K step.
+/// the ring, each stage refilled once the consumers (of the whole cluster) have released its
+/// previous K step. With `CM` > 1, the block's share of B goes to every block of the cluster.
 #[inline(always)]
-fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
+fn produce<const STAGES: usize, const CM: usize, const A_MN: bool, const B_MN: bool>(
     ring: Ring<STAGES>,
     (m0, n0): (u32, u32),
     (bm, bn): (u32, u32),
@@ -144,6 +182,15 @@ fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
     maps: *const u8,
 ) {
     let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
+    // With clusters this block loads a share of B into every block of the cluster: in both
+    // layouts `share` rows of N start `share` × 128 bytes into the tile (K-major: one 128-byte
+    // row per row of N; MN-major: one 64 × 64 box of 8192 bytes per 64 of N).
+    let (rank, share, to) = if CM > 1 {
+        (cluster_rank(), bn / CM as u32, ((1u32 << CM) - 1) as u16)
+    } else {
+        (0, bn, 0)
+    };
+    let b_offset = rank * share * (2 * BK) as u32;
     for kt in 0..k.div_ceil(BK as u32) {
         let (s, parity) = Ring::<STAGES>::slot(kt);
         if kt >= STAGES as u32 {
@@ -151,28 +198,45 @@ fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
         }
         let (k0, full) = (kt * BK as u32, ring.full(s));
         mbar_expect(full, ring.a_bytes + ring.b_bytes);
-        load_operand::<A_MN>(ring.a(s), map_a, (m0, bm), k0, full);
-        load_operand::<B_MN>(ring.b(s), map_b, (n0, bn), k0, full);
+        load_operand::<A_MN>(ring.a(s), map_a, (m0, bm), k0, (full, 0));
+        let b_share = (n0 + rank * share, share);
+        load_operand::<B_MN>(ring.b(s) + b_offset, map_b, b_share, k0, (full, to));
     }
 }
 
 /// One operand's tile of K step `k0` into shared memory at `dst`: the `rows` of M or N from
 /// `mn0`, as one box where it is stored K-major, or one 64 × 64 box per 64 of them where it is
-/// stored MN-major (`MN`), counted at `full`.
+/// stored MN-major (`MN`), counted at `full`; into every block of the cluster in the bit mask
+/// `to`, or where it is 0 into this block alone.
 #[inline(always)]
 fn load_operand<const MN: bool>(
     dst: u32,
     map: *const u8,
     (mn0, rows): (u32, u32),
     k0: u32,
-    full: u32,
+    (full, to): (u32, u16),
 ) {
     if MN {
         for c in 0..rows / 64 {
-            tma_load_2d(dst + c * MN_CHUNK_BYTES, map, (mn0 + 64 * c, k0), full);
+            load_box(
+                dst + c * MN_CHUNK_BYTES,
+                map,
+                (mn0 + 64 * c, k0),
+                (full, to),
+            );
         }
     } else {
-        tma_load_2d(dst, map, (k0, mn0), full);
+        load_box(dst, map, (k0, mn0), (full, to));
+    }
+}
+
+/// One box of `map` at `xy` into `dst`, multicast to the blocks in `to` unless it is 0.
+#[inline(always)]
+fn load_box(dst: u32, map: *const u8, xy: (u32, u32), (full, to): (u32, u16)) {
+    if to == 0 {
+        tma_load_2d(dst, map, xy, full);
+    } else {
+        tma_load_2d_multicast(dst, map, xy, full, to);
     }
 }
 
@@ -184,6 +248,7 @@ fn consume<
     const BN: usize,
     const MI: usize,
     const STAGES: usize,
+    const CM: usize,
     const A_MN: bool,
     const B_MN: bool,
 >(
@@ -191,7 +256,7 @@ fn consume<
     ring: Ring<STAGES>,
     (m0, n0): (u32, u32),
 ) {
-    let (wg, leader) = (thread_x() / 128, thread_x().is_multiple_of(128));
+    let (wg, lane) = (thread_x() / 128, thread_x() % 128);
     let mut acc = [A::ZERO; MI];
     for kt in 0..p.k.div_ceil(BK as u32) {
         let (s, parity) = Ring::<STAGES>::slot(kt);
@@ -206,47 +271,102 @@ fn consume<
         }
         wgmma_commit();
         wgmma_wait::<1>();
-        if kt > 0 && leader {
-            mbar_arrive(ring.empty(Ring::<STAGES>::slot(kt - 1).0));
+        if kt > 0 && lane < CM as u32 {
+            release::<CM>(ring.empty(Ring::<STAGES>::slot(kt - 1).0), lane);
         }
     }
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
-    for (mi, acc) in acc.iter().enumerate() {
-        for j in 0..BN / 4 {
-            let (r, c) = accumulator_pair(thread_x() as usize % 128, j);
-            let (v0, v1) = acc.pair(j);
-            store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
+    if plain_inside(p, (row0, n0), ((MI * WGMMA_M) as u32, BN as u32)) {
+        store_plain::<A, MI, BN>(p, &acc, (row0, n0), lane as usize);
+    } else {
+        for (mi, acc) in acc.iter().enumerate() {
+            for j in 0..BN / 4 {
+                let (r, c) = accumulator_pair(lane as usize, j);
+                let (v0, v1) = acc.pair(j);
+                store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
+            }
         }
+    }
+}
+
+/// Whether the `rows` × `cols` block of C at `(i0, j0)` lies inside C, every pair of it starts
+/// 4-byte aligned, and the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate):
+/// then the accumulators go to C as they are, rounded to fp16, without the general epilogue's
+/// arithmetic and bounds checks per pair (3–4% of a 4096³ GEMM, `docs/gemm.md`).
+#[inline(always)]
+fn plain_inside(p: &Args, (i0, j0): (u32, u32), (rows, cols): (u32, u32)) -> bool {
+    let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
+    let plain = plain && p.bias.is_null() && p.gate.is_null();
+    let aligned = p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4);
+    plain && aligned && i0 + rows <= p.m && j0 + cols <= p.n
+}
+
+/// Stores the warpgroup's accumulators at `(row0, n0)` of C as they are: one 4-byte store per
+/// pair, `lane` being the thread's index in its warpgroup. A thread's pairs lie on two rows,
+/// even pairs on the first and odd ones 8 rows below, 8 columns apart per two pairs, so every
+/// store is one of two row pointers and a constant offset, which keeps the registers of the
+/// fp32 accumulator rows within what 384 threads may have.
+#[inline(always)]
+fn store_plain<A: Accumulator, const MI: usize, const BN: usize>(
+    p: &Args,
+    acc: &[A; MI],
+    (row0, n0): (u32, u32),
+    lane: usize,
+) {
+    for (mi, acc) in acc.iter().enumerate() {
+        let row = |j| {
+            let (r, c) = accumulator_pair(lane, j);
+            let (i, j) = (row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32);
+            unsafe { p.c.add((i * p.ldc + j) as usize) as *mut u32 }
+        };
+        let rows = [row(0), row(1)];
+        for j in 0..BN / 4 {
+            unsafe { *rows[j % 2].add(4 * (j / 2)) = acc.packed(j) };
+        }
+    }
+}
+
+/// Thread `r` of a consumer warpgroup arrives at the `empty` barrier `bar` of block `r` of the
+/// cluster, each of which writes a share of the stage (without clusters, thread 0 at this
+/// block's). The arrival releases at the block's scope alone, as CUTLASS's does: the
+/// `wgmma` reads it orders have completed at their wait, and a cluster-scope release (a fence
+/// for the thread's outstanding memory operations) made the kernel 30% slower.
+#[inline(always)]
+fn release<const CM: usize>(bar: u32, r: u32) {
+    if CM > 1 {
+        mbar_arrive_cluster(peer_addr(bar, r));
+    } else {
+        mbar_arrive(bar);
     }
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (minimum sm
 /// 90; this module is built into sm_90a PTX alone): block tile `bm`×`bn`, warpgroup tile
-/// `wm`×`bn`, `st` stages.
+/// `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
 macro_rules! export_warpgroup {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $sm:tt),)*) => {$(
-        export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, $st);
+        $st:expr, $cm:expr, $sm:tt),)*) => {$(
+        export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, ($st, $cm));
     )*};
     // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
-    // both.
-    (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
-        export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $st);
-        export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $st);
-        export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $st);
-        export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $st);
-        export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $st);
-        export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $st);
+    // both. `pipe`: stages and cluster.
+    (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt) => {
+        export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $pipe);
     };
     (@sm $other:tt, $($row:tt)*) => {};
     (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
-     $bm:expr, $bn:expr, $wm:expr, $st:expr) => {
+     $bm:expr, $bn:expr, $wm:expr, ($st:expr, $cm:expr)) => {
         const _: () = {
             #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
             unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
                 let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
-                gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $a_mn, $b_mn>(p, maps);
+                gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $cm, $a_mn, $b_mn>(p, maps);
             }
         };
     };

@@ -2,7 +2,7 @@
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each slice's blocks per step
 //! instead of a dozen kernels.
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
@@ -275,7 +275,7 @@ fn resident_blocks(
             f.occupancy_max_active_blocks_per_multiprocessor(THREADS as u32, smem, None)?;
         return Ok(per_sm as usize * gpu.sm_count() as usize);
     };
-    let mut attrs = [cluster_attribute(cluster as u32)];
+    let mut attrs = [cluster_attribute((cluster as u32, 1))];
     let config = gpu.launch_config(grid_config(cluster as u32, smem), &mut attrs);
     let mut clusters = 0;
     gpu.ctx.bind_to_thread()?;
@@ -482,7 +482,7 @@ impl Persistent {
             |v| v.cooperative = 1,
         )];
         if self.cluster > 0 {
-            attrs.push(cluster_attribute(self.cluster));
+            attrs.push(cluster_attribute((self.cluster, 1)));
         }
         let cfg = grid_config(self.blocks, self.smem.bytes);
         // SAFETY: the kernel's one parameter is a `Params` (the same `#[repr(C)]` type);
@@ -498,19 +498,6 @@ impl Persistent {
     pub fn feed(&self) -> Feed {
         self.feed
     }
-}
-
-fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
-    attribute(
-        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-        |v| {
-            v.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-                x: blocks,
-                y: 1,
-                z: 1,
-            }
-        },
-    )
 }
 
 /// `blocks` blocks of [`THREADS`] with `smem` bytes of dynamic shared memory each.
