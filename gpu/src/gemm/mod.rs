@@ -170,9 +170,9 @@ impl TileConfig {
 }
 
 /// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp (or
-/// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, minimum sm. All rows are compiled into every
-/// PTX whose architecture is at least the row's `min_sm` (`wgmma` rows, instruction M 64, into
-/// sm_90a PTX only); the host picks among them per shape.
+/// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, minimum sm. All
+/// rows are compiled into every PTX whose architecture is at least the row's `min_sm` (`wgmma`
+/// rows, instruction M 64, into sm_90a PTX only); the host picks among them per shape.
 #[macro_export]
 macro_rules! tile_configs {
     ($then:ident) => {
@@ -191,6 +191,7 @@ macro_rules! tile_configs {
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
             (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
             (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, 90),
+            // Three stages of 128×128 (96 KiB) fit two blocks an SM.
             (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, 90),
             (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, 90),
             (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, 90),
