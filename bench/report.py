@@ -11,7 +11,7 @@ PyTorch DDP where there are several GPUs), the regression sweep, Iris, cold and 
 To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
 docs/results/NAME/ and write docs/RESULTS.md with
 `python3 bench/results_md.py docs/results/NAME --images results/NAME/ --to docs/RESULTS.md`.
-Refuses an existing OUT_DIR unless --force. Takes about 7 minutes on an H100.
+Refuses an existing OUT_DIR unless --force. Takes about 8 minutes on an H200.
 """
 import argparse, csv, datetime, re, shutil, subprocess, sys, time
 from pathlib import Path
