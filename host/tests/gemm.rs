@@ -30,6 +30,11 @@ fn as_read_by(v: Version, p: Problem) -> Problem {
     }
 }
 
+/// The version and problem a failure message names.
+fn describe(v: Version, p: &Problem) -> String {
+    format!("{} {:?} M={} N={} K={}", v.label(), p.layout, p.m, p.n, p.k)
+}
+
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
     (0..n)
         .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
@@ -92,12 +97,8 @@ fn check_at(
     assert_eq!(
         c.failures,
         0,
-        "{} {:?} M={} N={} K={} beta={} relu={}: first bad (i, j, got, want) = {:?}",
-        v.label(),
-        p.layout,
-        p.m,
-        p.n,
-        p.k,
+        "{} beta={} relu={}: first bad (i, j, got, want) = {:?}",
+        describe(v, p),
         p.beta,
         p.relu,
         c.first_failure
@@ -197,12 +198,8 @@ fn check_sgd(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
     assert_eq!(
         c.failures,
         0,
-        "{} {:?} M={} N={} K={} ldc={} split={}: first bad (i, j, gradient, want) = {:?}",
-        v.label(),
-        p.layout,
-        p.m,
-        p.n,
-        p.k,
+        "{} ldc={} split={}: first bad (i, j, gradient, want) = {:?}",
+        describe(v, p),
         p.ldc,
         p.split_k,
         c.first_failure
