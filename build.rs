@@ -181,6 +181,7 @@ fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Assembly {
     let child = Command::new(ptxas)
         .arg(format!("-arch={arch}"))
         .arg("-O3")
+        .arg("-v")
         .arg(ptx)
         .arg("-o")
         .arg(&cubin)
@@ -194,7 +195,8 @@ fn assemble(ptxas: &Path, arch: &str, ptx: &Path) -> Assembly {
 /// Waits for `run` and writes its cubin zlib-compressed (SASS compresses to about a fifth), to
 /// the path it returns. A `wgmma` pipeline that ptxas serialises (warnings C7510, C7511, C7515:
 /// a call, too few registers, or another instruction writing the accumulators inside it) fails
-/// the build: the kernel would run, several times slower.
+/// the build: the kernel would run, several times slower. So does a GEMM kernel whose registers
+/// its block cannot have ([`over_register_file`]).
 fn compress(arch: &str, run: Assembly) -> PathBuf {
     let output = run.child.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&output.stderr);
@@ -211,12 +213,54 @@ fn compress(arch: &str, run: Assembly) -> PathBuf {
             serialised.join("\n")
         );
     }
+    let over = over_register_file(&log);
+    if !over.is_empty() {
+        panic!(
+            "ptxas gives GEMM kernels of the {arch} PTX more registers than their blocks may have \
+             (65536 an SM; the launch would fail):\n{}",
+            over.join("\n")
+        );
+    }
     let cubin = std::fs::read(&run.cubin).unwrap();
     let mut z = ZlibEncoder::new(Vec::new(), Compression::best());
     z.write_all(&cubin).unwrap();
     let dest = run.cubin.with_extension("cubin.zz");
     std::fs::write(&dest, z.finish().unwrap()).unwrap();
     dest
+}
+
+/// The tensor-core GEMM kernels in ptxas's `-v` report whose block would need more of the
+/// SM's 65536 registers than there are: ptxas knows no kernel's thread count (rustc declares
+/// none), so it allocates up to 255 a thread, and a block of 384 threads that needs more than
+/// 168 fails at launch. Registers are allocated per warp in units of 256. The thread count of
+/// `gemm_<config>_<layout>_<acc>` is its tile-table row's.
+fn over_register_file(log: &str) -> Vec<String> {
+    let mut over = Vec::new();
+    let mut kernel = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            kernel = rest.split('\'').next().map(str::to_owned);
+        } else if let (Some(name), Some(rest)) = (&kernel, line.split("Used ").nth(1)) {
+            let regs: usize = rest.split(' ').next().unwrap().parse().unwrap();
+            let Some(config) = gemm_config(name) else {
+                continue;
+            };
+            let threads = config.threads();
+            let needed = (regs * 32).next_multiple_of(256) * threads.div_ceil(32);
+            if needed > 65536 {
+                over.push(format!(
+                    "{name}: {regs} registers × {threads} threads need {needed}"
+                ));
+            }
+        }
+    }
+    over
+}
+
+/// The tile-table row of the GEMM kernel `name` (`gemm_<config>_<layout>_<acc>`), if it is one.
+fn gemm_config(name: &str) -> Option<&'static gpu::gemm::TileConfig> {
+    let config = name.strip_prefix("gemm_")?.rsplitn(3, '_').nth(2)?;
+    gpu::gemm::TILE_CONFIGS.iter().find(|c| c.name == config)
 }
 
 /// What the build did about cubins, for the tests: a build with `PTXAS` set must embed one per
