@@ -129,13 +129,17 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
 
 /// The copy engine reads a tensor map in place only at a 64-byte-aligned address, but rustc's
 /// kernel ABI aligns a by-value parameter to at most 16 bytes: the `wgmma` kernels' tensor maps
-/// (`gpu::gemm::descriptor::TensorMaps`, their second parameter, 256 bytes) are declared
+/// (`gpu::gemm::descriptor::TensorMaps`, their second parameter) are declared
 /// `.align 64` here. A host test checks every `wgmma` kernel's declaration.
 fn align_tensor_maps(ptx: &str) -> String {
+    let maps = format!(
+        "_param_1[{}]",
+        size_of::<gpu::gemm::descriptor::TensorMaps>()
+    );
     let mut out = String::with_capacity(ptx.len());
     for line in ptx.split_inclusive('\n') {
         let t = line.trim_start();
-        if t.starts_with(".param .align 16 .b8 gemm_wg") && t.contains("_param_1[256]") {
+        if t.starts_with(".param .align 16 .b8 gemm_wg") && t.contains(&maps) {
             out.push_str(&line.replacen(".align 16", ".align 64", 1));
         } else {
             out.push_str(line);

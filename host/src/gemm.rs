@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
 use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaStream, LaunchConfig};
-use gpu::gemm::descriptor::TensorMaps;
+use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps, copy_engine_reaches};
 use gpu::gemm::{
     Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
 };
@@ -600,9 +600,23 @@ fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
         tma::tiled_map(m, rows as u32)
             .with_context(|| format!("{} reads {name} through a tensor map", c.name))
     };
+    // C where the copy engine can store it, for the plain-product epilogue; the kernel checks
+    // the same condition before it uses the map.
+    let c = tma::Matrix {
+        ptr: ptrs.c,
+        rows: p.m,
+        cols: p.n,
+        ld: p.ldc,
+    };
+    let c = if copy_engine_reaches(c.ptr, c.ld as u64) {
+        map(&c, 64, "C")?.opaque
+    } else {
+        [0; MAP_BYTES / 8]
+    };
     Ok(TensorMaps {
         a: map(&a, a_rows, "A")?.opaque,
         b: map(&b, b_rows, "B")?.opaque,
+        c,
     })
 }
 

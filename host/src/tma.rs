@@ -91,7 +91,7 @@ mod tests {
     fn a_tensor_map_is_what_the_kernels_parameter_holds() {
         use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps};
         assert_eq!(size_of::<CUtensorMap>(), MAP_BYTES);
-        assert_eq!(size_of::<TensorMaps>(), 2 * MAP_BYTES);
+        assert_eq!(size_of::<TensorMaps>(), 3 * MAP_BYTES);
     }
 
     #[test]

@@ -68,6 +68,18 @@ pub fn ldmatrix_x4(addr: u32) -> [u32; 4] {
     r
 }
 
+/// The inverse of [`ldmatrix_x4`] (sm_90): register `q` of every lane of the warp forms 8×8
+/// matrix `q` (lane `l` holding row `l / 4`, columns `2(l % 4)` and `+1`), and lane `8q + i`
+/// gives the shared address of row `i` of matrix `q`.
+#[inline(always)]
+pub fn stmatrix_x4(addr: u32, r: [u32; 4]) {
+    unsafe {
+        asm!("stmatrix.sync.aligned.m8n8.x4.shared.b16 [{a}], {{{r0}, {r1}, {r2}, {r3}}};",
+             a = in(reg32) addr, r0 = in(reg32) r[0], r1 = in(reg32) r[1], r2 = in(reg32) r[2],
+             r3 = in(reg32) r[3], options(nostack));
+    }
+}
+
 /// As [`ldmatrix_x4`], each 8×8 matrix transposed on the way (for operands stored MN-contiguous).
 #[inline(always)]
 pub fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {

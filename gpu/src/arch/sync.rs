@@ -25,6 +25,22 @@ pub fn bar_sync<const ID: u32, const THREADS: u32>() {
     unsafe { asm!("bar.sync {id}, {n};", id = const ID, n = const THREADS, options(nostack)) };
 }
 
+/// Named barrier `id` of `threads` threads (whole warps), both given at run time: as
+/// [`bar_sync`] where the count is not a constant.
+#[inline(always)]
+pub fn bar_sync_n(id: u32, threads: u32) {
+    unsafe {
+        asm!("bar.sync {id}, {n};", id = in(reg32) id, n = in(reg32) threads, options(nostack))
+    };
+}
+
+/// Makes this thread's earlier writes to shared memory visible to the copy engine (the async
+/// proxy), which reads them for a [`tma_store_2d`](super::tma_store_2d).
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
 /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals per
 /// round times the rounds done so far: its owner zeroes it before the launch). All blocks must
 /// be resident at once (a cooperative launch). `sync` is the barrier of the block's threads

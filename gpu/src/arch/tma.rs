@@ -38,6 +38,33 @@ pub fn tma_load_2d(dst: u32, map: *const u8, (x, y): (u32, u32), bar: u32) {
     }
 }
 
+/// Copies the box of shared memory at `src`, laid out as the tensor map `map` says, to the
+/// tensor at coordinates (`x` innermost, `y`), on the copy engine: only the part inside the
+/// tensor is written. The copy joins this thread's bulk group ([`bulk_commit`]); the shared
+/// writes it reads must be made visible to the copy engine first
+/// ([`fence_proxy_async_shared`](super::fence_proxy_async_shared)).
+#[inline(always)]
+pub fn tma_store_2d(map: *const u8, (x, y): (u32, u32), src: u32) {
+    unsafe {
+        asm!("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [{m}, {{{x}, {y}}}], [{s}];",
+             m = in(reg64) map, x = in(reg32) x, y = in(reg32) y, s = in(reg32) src,
+             options(nostack));
+    }
+}
+
+/// Closes this thread's group of bulk copies to global memory issued so far.
+#[inline(always)]
+pub fn bulk_commit() {
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
+}
+
+/// Waits until at most `N` of this thread's committed bulk groups still read their shared
+/// memory (their writes to global memory may still be under way).
+#[inline(always)]
+pub fn bulk_wait_read<const N: u32>() {
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
+}
+
 /// [`tma_load_2d`] into every block of the cluster named in the bit mask `ctas` (bit `r`: the
 /// block of rank `r`) at once: each receives the box at the same shared address `dst`, its
 /// bytes completing at its own `mbarrier` at `bar`. One read of global memory and L2 feeds them

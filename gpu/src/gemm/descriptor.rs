@@ -27,7 +27,7 @@ pub const WGMMA_M: usize = 64;
 /// Bytes of one tensor map (`CUtensorMap`), which must lie 64-byte aligned.
 pub const MAP_BYTES: usize = 128;
 
-/// The second parameter of every `wgmma` kernel, by value: the tensor maps of A and B, encoded
+/// The second parameter of every `wgmma` kernel, by value: the tensor maps of A, B and C, encoded
 /// by the host for the problem (`cuTensorMapEncodeTiled`), read in place by the copy engine,
 /// which needs them 64-byte aligned. rustc's kernel ABI aligns a parameter to at most 16, so
 /// `build.rs` raises this one's `.param` alignment to 64 in the PTX.
@@ -36,7 +36,20 @@ pub const MAP_BYTES: usize = 128;
 pub struct TensorMaps {
     pub a: [u64; MAP_BYTES / 8],
     pub b: [u64; MAP_BYTES / 8],
+    /// C in 64 × 64 boxes of [`C_BOX_BYTES`], which the plain-product epilogue stores through;
+    /// all zeros where the copy engine cannot address C ([`copy_engine_reaches`]).
+    pub c: [u64; MAP_BYTES / 8],
 }
+
+/// Whether the copy engine can address the rows of an fp16 matrix at `addr` with a leading
+/// dimension of `ld` elements: every row starts 16-byte aligned.
+pub const fn copy_engine_reaches(addr: u64, ld: u64) -> bool {
+    addr.is_multiple_of(16) && ld.is_multiple_of(8)
+}
+
+/// Bytes of one 64 × 64 box of C staged in shared memory for the copy engine: rows of 128
+/// bytes with the 128-byte swizzle, as the A and B tiles.
+pub const C_BOX_BYTES: u32 = 64 * 128;
 
 /// The 14-bit fields of a descriptor hold byte quantities in units of 16.
 const fn field(bytes: u32) -> u64 {
@@ -73,6 +86,18 @@ pub const fn accumulator_pair(thread: usize, j: usize) -> (usize, usize) {
         16 * warp + lane / 4 + 8 * (j & 1),
         8 * (j >> 1) + 2 * (lane % 4),
     )
+}
+
+/// Where thread `thread` (0..128) of a warpgroup points `stmatrix.x4` for the 16 columns
+/// `16t..16t + 16` of 64-row block `mi` of its `bn`-wide tile, in bytes from the warpgroup's
+/// staging area: C staged as the copy engine's 64 × 64 boxes (box `(mi, t / 4)` at
+/// `(mi·bn/64 + t/4)·C_BOX_BYTES`). Register `q` of the store is accumulator pair `4t + q`,
+/// which is the instruction's 8×8 matrix `q`; lane `8q + i` gives its row `i`.
+pub const fn staged_c_row(thread: usize, mi: usize, t: usize, bn: usize) -> u32 {
+    let (warp, lane) = (thread / 32, thread % 32);
+    let row = 16 * warp + lane % 16;
+    let chunk = (2 * (t % 4) + lane / 16) ^ (lane % 8);
+    ((mi * bn / 64 + t / 4) * C_BOX_BYTES as usize + row * 128 + chunk * 16) as u32
 }
 
 #[cfg(test)]
@@ -153,6 +178,36 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Every accumulator pair, stored by `stmatrix.x4` from the addresses of
+    /// [`staged_c_row`], lands where the copy engine's 64 × 64 box of C holds it, once.
+    #[test]
+    fn staged_c_is_the_copy_engines_box_layout() {
+        for bn in [128, 256] {
+            let mut seen = vec![0u8; 2 * 64 * bn * 2];
+            for thread in 0..128 {
+                let (warp, lane) = (thread / 32, thread % 32);
+                for mi in 0..2 {
+                    for t in 0..bn / 16 {
+                        for q in 0..4 {
+                            let (r, c) = accumulator_pair(thread, 4 * t + q);
+                            let (r, c) = (64 * mi + r, c);
+                            // Lane 8q + i gives row i of matrix q; this thread holds row
+                            // lane / 4, columns 2(lane % 4) and + 1.
+                            let giver = 32 * warp + 8 * q + lane / 4;
+                            let at = staged_c_row(giver, mi, t, bn) as usize + 4 * (lane % 4);
+                            let b = (r / 64) * (bn / 64) + c / 64;
+                            let chunk = ((c % 64) / 8) ^ (r % 8);
+                            let want = b * 8192 + (r % 64) * 128 + chunk * 16 + (c % 8) * 2;
+                            assert_eq!(at, want, "bn {bn} thread {thread} mi {mi} t {t} q {q}");
+                            seen[at] += 1;
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().step_by(4).all(|&s| s == 1), "bn {bn}");
         }
     }
 

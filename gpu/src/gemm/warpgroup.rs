@@ -15,6 +15,7 @@
 //! the whole cluster, and each consumer releases a stage in every block.
 use super::Args;
 use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
+use super::descriptor::{C_BOX_BYTES, copy_engine_reaches, staged_c_row};
 use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::store_pair;
 use crate::arch::*;
@@ -161,7 +162,8 @@ pub fn gemm<
             produce::<STAGES, CM, A_MN, B_MN>(ring, origin, (bm as u32, BN as u32), p.k, maps);
         }
     } else {
-        consume::<A, BN, MI, STAGES, CM, A_MN, B_MN>(&p, ring, origin);
+        let map_c = unsafe { maps.add(2 * MAP_BYTES) };
+        consume::<A, BN, MI, WG, STAGES, CM, A_MN, B_MN>(&p, ring, origin, map_c);
     }
     // A block's barriers receive the other blocks' releases until those have finished: none
     // exits before the whole cluster is done.
@@ -247,6 +249,7 @@ fn consume<
     A: Accumulator,
     const BN: usize,
     const MI: usize,
+    const WG: usize,
     const STAGES: usize,
     const CM: usize,
     const A_MN: bool,
@@ -255,6 +258,7 @@ fn consume<
     p: &Args,
     ring: Ring<STAGES>,
     (m0, n0): (u32, u32),
+    map_c: *const u8,
 ) {
     let (wg, lane) = (thread_x() / 128, thread_x() % 128);
     let mut acc = [A::ZERO; MI];
@@ -277,7 +281,9 @@ fn consume<
     }
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
-    if plain_inside(p, (row0, n0), ((MI * WGMMA_M) as u32, BN as u32)) {
+    if plain(p) && copy_engine_reaches(p.c as u64, p.ldc as u64) {
+        store_staged::<A, MI, BN, WG, STAGES>(ring, &acc, (row0, n0), (wg, lane), map_c);
+    } else if plain(p) && inside(p, (row0, n0), ((MI * WGMMA_M) as u32, BN as u32)) {
         store_plain::<A, MI, BN>(p, &acc, (row0, n0), lane as usize);
     } else {
         for (mi, acc) in acc.iter().enumerate() {
@@ -290,16 +296,74 @@ fn consume<
     }
 }
 
-/// Whether the `rows` × `cols` block of C at `(i0, j0)` lies inside C, every pair of it starts
-/// 4-byte aligned, and the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate):
-/// then the accumulators go to C as they are, rounded to fp16, without the general epilogue's
-/// arithmetic and bounds checks per pair (3–4% of a 4096³ GEMM, `docs/gemm.md`).
+/// Whether the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate): then the
+/// accumulators go to C as they are, rounded to fp16, without the general epilogue's arithmetic
+/// and bounds checks per pair (3–4% of a 4096³ GEMM, `docs/gemm.md`).
 #[inline(always)]
-fn plain_inside(p: &Args, (i0, j0): (u32, u32), (rows, cols): (u32, u32)) -> bool {
+fn plain(p: &Args) -> bool {
     let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
-    let plain = plain && p.bias.is_null() && p.gate.is_null();
+    plain && p.bias.is_null() && p.gate.is_null()
+}
+
+/// Whether the `rows` × `cols` block of C at `(i0, j0)` lies inside C and every pair of it
+/// starts 4-byte aligned.
+#[inline(always)]
+fn inside(p: &Args, (i0, j0): (u32, u32), (rows, cols): (u32, u32)) -> bool {
     let aligned = p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4);
-    plain && aligned && i0 + rows <= p.m && j0 + cols <= p.n
+    aligned && i0 + rows <= p.m && j0 + cols <= p.n
+}
+
+/// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 into the
+/// warpgroup's staging area, 64 × 64 boxes laid out as C's tensor map says, then one tensor
+/// store a box, which writes only what lies inside C. The staging areas lie in the ring,
+/// which nothing writes after the last K step once every consumer warpgroup's last batch has
+/// completed (the first barrier). The issuing thread waits until the copy engine has read
+/// them, so the block does not end before.
+#[inline(always)]
+fn store_staged<
+    A: Accumulator,
+    const MI: usize,
+    const BN: usize,
+    const WG: usize,
+    const STAGES: usize,
+>(
+    ring: Ring<STAGES>,
+    acc: &[A; MI],
+    (row0, n0): (u32, u32),
+    (wg, lane): (u32, u32),
+    map_c: *const u8,
+) {
+    const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
+    if WG > 1 {
+        bar_sync_n(1, 128 * WG as u32);
+    }
+    // The ring was last written by the copy engine.
+    fence_proxy_async_shared();
+    let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
+    for (mi, acc) in acc.iter().enumerate() {
+        for t in 0..BN / 16 {
+            let r = [
+                acc.packed(4 * t),
+                acc.packed(4 * t + 1),
+                acc.packed(4 * t + 2),
+                acc.packed(4 * t + 3),
+            ];
+            stmatrix_x4(area + staged_c_row(lane as usize, mi, t, BN), r);
+        }
+    }
+    fence_proxy_async_shared();
+    bar_sync_n(2 + wg, 128);
+    if lane == 0 {
+        for mi in 0..MI {
+            for b in 0..BN / 64 {
+                let staged = area + ((mi * BN / 64 + b) as u32) * C_BOX_BYTES;
+                let at = (n0 + 64 * b as u32, row0 + (mi * WGMMA_M) as u32);
+                tma_store_2d(map_c, at, staged);
+            }
+        }
+        bulk_commit();
+        bulk_wait_read::<0>();
+    }
 }
 
 /// Stores the warpgroup's accumulators at `(row0, n0)` of C as they are: one 4-byte store per
