@@ -30,7 +30,8 @@ kernels! {
     SPLITK_REDUCE = "splitk_reduce", sm 75;
     BIAS_ACT_F16 = "bias_act_f16", sm 75;
     /// The persistent kernel, one per accumulator and way of feeding the batch (two whole
-    /// buffers, one of half or a quarter of the batch, or streamed in chunks), and its shuffle.
+    /// buffers, one of half or a quarter of the batch, or streamed in chunks; one buffer with
+    /// slices of 16 or 32 hidden units), and its shuffle.
     PERSISTENT_F16 = "mlp1_persistent_f16", sm 80;
     PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
     PERSISTENT_SINGLE_F16 = "mlp1_persistent_single_f16", sm 80;
@@ -39,6 +40,8 @@ kernels! {
     PERSISTENT_SINGLE4_F32 = "mlp1_persistent_single4_f32", sm 80;
     PERSISTENT_STREAMED_F16 = "mlp1_persistent_streamed_f16", sm 75;
     PERSISTENT_STREAMED_F32 = "mlp1_persistent_streamed_f32", sm 75;
+    PERSISTENT_WIDE2_F16 = "mlp1_persistent_wide2_f16", sm 90;
+    PERSISTENT_WIDE4_F16 = "mlp1_persistent_wide4_f16", sm 90;
     PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
     /// The roof of the GEMM ladder, per instruction K and accumulator.
     ROOF_K8_F16 = "mma_roof_k8_f16", sm 75;

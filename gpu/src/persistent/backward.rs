@@ -4,7 +4,7 @@
 //! phase.
 use super::context::Block;
 use super::context::Step;
-use super::exchange::{DB1_AT, Outbox};
+use super::exchange::{Outbox, db1_at};
 use super::stream::{Ring, chunks};
 use super::*;
 use crate::arch::*;
@@ -15,62 +15,69 @@ const ONES: [u32; 2] = [0x3c00_3c00; 2];
 /// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
 const OUTPUT_WARP: usize = WARPS - 1;
 
-/// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes), through the
-/// ReLU (the H fragment `hf` has the same layout), stored fp16; each warp's share of db1 by
-/// shuffles into shared memory, behind a block barrier.
+/// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes per n-tile),
+/// through the ReLU (the H fragments `hf` have the same layout), stored fp16; each warp's share
+/// of db1 by shuffles into shared memory, behind a block barrier.
 #[inline(always)]
-pub fn hidden_grad(b: &Block, hf: &[f32; 4]) {
+pub fn hidden_grad<const N: usize>(b: &Block, hf: &[[f32; 4]; N]) {
     let (w, l, g, t) = (b.warp, b.lane, b.group(), b.in_group());
-    let mut db1 = [0.0f32; 2];
+    let mut db1 = [[0.0f32; 2]; N];
     if b.has_tile() {
         let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
         let a = ldmatrix_x4(b.dl() + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
-        let b0 = b.w2_uc() + ((g * MAX_CLASSES + 2 * t) * 2) as u32;
-        let mut d = [0.0f32; 4];
-        d.mma_k16(a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
-        for e in 0..4 {
-            d[e] = if hf[e] > 0.0 { round_h(d[e]) } else { 0.0 };
-            db1[e & 1] += d[e];
-        }
         let row = (16 * w + g) as u32;
-        st_shared_frag_f16(b.dh(), UNITS as u32, row, 2 * t as u32, d);
-        for m in 0..3 {
-            db1[0] += shfl_xor_f32(db1[0], 4 << m);
-            db1[1] += shfl_xor_f32(db1[1], 4 << m);
+        for n in 0..N {
+            let b0 = b.w2_uc() + (((UNITS * n + g) * MAX_CLASSES + 2 * t) * 2) as u32;
+            let mut d = [0.0f32; 4];
+            d.mma_k16(a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
+            for e in 0..4 {
+                d[e] = if hf[n][e] > 0.0 { round_h(d[e]) } else { 0.0 };
+                db1[n][e & 1] += d[e];
+            }
+            st_shared_frag_f16(b.dh(n), UNITS as u32, row, 2 * t as u32, d);
+            for m in 0..3 {
+                db1[n][0] += shfl_xor_f32(db1[n][0], 4 << m);
+                db1[n][1] += shfl_xor_f32(db1[n][1], 4 << m);
+            }
         }
     }
     if l < 4 {
         let part = b.small().db1;
-        unsafe {
-            *part.add(w * UNITS + 2 * t) = db1[0];
-            *part.add(w * UNITS + 2 * t + 1) = db1[1];
+        for n in 0..N {
+            let at = w * b.units() + UNITS * n + 2 * t;
+            unsafe {
+                *part.add(at) = db1[n][0];
+                *part.add(at + 1) = db1[n][1];
+            }
         }
     }
     sync_threads();
 }
 
-/// The block's share of db1 (thread `tid < UNITS` its entry `tid`; 0 elsewhere), sent.
+/// The block's share of db1 (thread `tid` below the slice's units its entry `tid`; 0
+/// elsewhere), sent.
 #[inline(always)]
 pub fn bias_share(b: &Block, out: &Outbox) -> f32 {
     let mut db1 = 0.0;
-    if b.tid < UNITS {
+    let units = b.units();
+    if b.tid < units {
         for i in 0..WARPS {
-            db1 += unsafe { *b.small().db1.add(i * UNITS + b.tid) };
+            db1 += unsafe { *b.small().db1.add(i * units + b.tid) };
         }
-        out.small(b, DB1_AT + b.tid, db1);
+        out.small(b, db1_at(b.lay.n) + b.tid, db1);
     }
     db1
 }
 
-/// B fragments of `k`-steps 0..rows/16 (`T` at most) of an fp16 `[rows][UNITS]` tile in
+/// B fragments of `k`-steps 0..rows/16 (`T` at most) of an fp16 `[rows][UNITS]` plane in
 /// shared memory (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming
-/// row l (the tile has rows up to a multiple of 32, zeros past the block's).
+/// row l (the plane has rows up to a multiple of 32, zeros past the block's).
 #[inline(always)]
-fn unit_frags<const T: usize>(b: &Block, tile: u32) -> [[u32; 2]; T] {
+fn unit_frags<const T: usize>(b: &Block, plane: u32) -> [[u32; 2]; T] {
     let mut bf = [[0u32; 2]; T];
     for pair in 0..T.div_ceil(2) {
         if 32 * pair < b.rows() {
-            let r = ldmatrix_x4_trans(tile + ((32 * pair + b.lane) * UNITS * 2) as u32);
+            let r = ldmatrix_x4_trans(plane + ((32 * pair + b.lane) * UNITS * 2) as u32);
             bf[2 * pair] = [r[0], r[1]];
             if 2 * pair + 1 < T {
                 bf[2 * pair + 1] = [r[2], r[3]];
@@ -80,70 +87,81 @@ fn unit_frags<const T: usize>(b: &Block, tile: u32) -> [[u32; 2]; T] {
     bf
 }
 
-/// The output warp's dW2 = dlogitsᵀ·H and db2 (its column sums) over the block's rows, sent
-/// to the slice's other blocks and kept in [`Block::own`] for the update.
+/// The output warp's dW2 = dlogitsᵀ·H (a fragment per n-tile) and db2 (its column sums) over
+/// the block's rows, sent to the slice's other blocks and kept in [`Block::own`] for the update.
 #[inline(always)]
-pub fn output_grads<const T: usize>(b: &Block, out: &Outbox) {
+pub fn output_grads<const T: usize, const N: usize>(b: &Block, out: &Outbox) {
     if b.warp != OUTPUT_WARP {
         return;
     }
     let l = b.lane;
-    let (mut dw, mut db) = ([0.0f32; 4], [0.0f32; 4]);
-    let hb = unit_frags::<T>(b, b.h());
+    let (mut dw, mut db) = ([[0.0f32; 4]; N], [0.0f32; 4]);
+    let hb: [[[u32; 2]; T]; N] = core::array::from_fn(|n| unit_frags::<T>(b, b.h(n)));
     let (mm, kk) = ldmatrix_lane(l, Operand::A, false);
     for ks in 0..T {
         if ks < b.rows() / 16 {
             let a = ldmatrix_x4_trans(b.dl() + (((16 * ks + kk) * MAX_CLASSES + mm) * 2) as u32);
-            dw.mma_k16(a, hb[ks]);
+            for n in 0..N {
+                dw[n].mma_k16(a, hb[n][ks]);
+            }
             db.mma_k16(a, ONES);
         }
     }
-    out.small4(b, 4 * l, dw);
-    out.small4(b, 128 + 4 * l, db);
+    let db_at = 128 * N;
+    for n in 0..N {
+        out.small4(b, 128 * n + 4 * l, dw[n]);
+    }
+    out.small4(b, db_at + 4 * l, db);
     unsafe {
-        *(b.own().add(4 * l) as *mut [f32; 4]) = dw;
-        *(b.own().add(128 + 4 * l) as *mut [f32; 4]) = db;
+        for n in 0..N {
+            *(b.own().add(128 * n + 4 * l) as *mut [f32; 4]) = dw[n];
+        }
+        *(b.own().add(db_at + 4 * l) as *mut [f32; 4]) = db;
     }
 }
 
-/// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …`: `Xᵀ·dH` over the block's rows, from
-/// the batch in shared memory or (`STREAM`) from the ring. Warps with one tile fewer (with
-/// MNIST's 49 tiles, warps 1-7 have six) run a copy of the loop without the last, rather than
-/// computing a tile to discard.
+/// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …` of the `O` n-tiles from `plane0`:
+/// `Xᵀ·dH` over the block's rows, from the batch in shared memory or (`STREAM`) from the
+/// ring. Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of
+/// the loop without the last, rather than computing a tile to discard.
 #[inline(always)]
-pub fn input_grads<A: Acc, const STREAM: bool, const T: usize>(
+pub fn input_grads<A: Acc, const STREAM: bool, const T: usize, const O: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
-) -> [A; TILES_PER_WARP] {
-    let bf = unit_frags::<T>(b, b.dh());
+    plane0: usize,
+) -> [[A; O]; TILES_PER_WARP] {
+    let bf: [[[u32; 2]; T]; O] = core::array::from_fn(|g| unit_frags::<T>(b, b.dh(plane0 + g)));
     if STREAM {
         dw1_chunks(b, ring, &bf)
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
-        dw1_tiles::<A, TILES_PER_WARP, T>(b, s, &bf)
+        dw1_tiles::<A, TILES_PER_WARP, T, O>(b, s, &bf)
     } else {
-        dw1_tiles::<A, { TILES_PER_WARP - 1 }, T>(b, s, &bf)
+        dw1_tiles::<A, { TILES_PER_WARP - 1 }, T, O>(b, s, &bf)
     }
 }
 
-/// [`input_grads`] over `N` tiles (the rest of the array stays zero). Within the `N` a warp
+/// [`input_grads`] over `NT` tiles (the rest of the array stays zero). Within the `NT` a warp
 /// past the last tile repeats it, branch-free: a branch per tile serialises each load and its
 /// `mma`.
 #[inline(always)]
-fn dw1_tiles<A: Acc, const N: usize, const T: usize>(
+fn dw1_tiles<A: Acc, const NT: usize, const T: usize, const O: usize>(
     b: &Block,
     s: &Step,
-    bf: &[[u32; 2]; T],
-) -> [A; TILES_PER_WARP] {
+    bf: &[[[u32; 2]; T]; O],
+) -> [[A; O]; TILES_PER_WARP] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_at =
         |ks: usize, mt: usize| s.x + ((16 * ks + kk) * b.lay.stride + (16 * mt + mm) * 2) as u32;
-    let mut acc = [A::ZERO; TILES_PER_WARP];
+    let mut acc = [[A::ZERO; O]; TILES_PER_WARP];
     for ks in 0..T {
         if ks < b.rows() / 16 {
-            for i in 0..N {
+            for i in 0..NT {
                 let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
-                acc[i].mma_k16(ldmatrix_x4_trans(a_at(ks, mt)), bf[ks]);
+                let a = ldmatrix_x4_trans(a_at(ks, mt));
+                for g in 0..O {
+                    acc[i][g].mma_k16(a, bf[g][ks]);
+                }
             }
         }
     }
@@ -153,14 +171,14 @@ fn dw1_tiles<A: Acc, const N: usize, const T: usize>(
 /// [`dw1_tiles`] over the streamed batch: chunk `c` holds tile `w + WARPS·c` of each warp `w`,
 /// whose product is complete within the chunk. Every thread calls it (the ring's barriers).
 #[inline(always)]
-fn dw1_chunks<A: Acc, const T: usize>(
+fn dw1_chunks<A: Acc, const T: usize, const O: usize>(
     b: &Block,
     ring: &mut Ring,
-    bf: &[[u32; 2]; T],
-) -> [A; TILES_PER_WARP] {
+    bf: &[[[u32; 2]; T]; O],
+) -> [[A; O]; TILES_PER_WARP] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_off = (kk * CHUNK_STRIDE + (16 * b.warp + mm) * 2) as u32;
-    let mut acc = [A::ZERO; TILES_PER_WARP];
+    let mut acc = [[A::ZERO; O]; TILES_PER_WARP];
     for c in 0..MAX_CHUNKS {
         if c < chunks(b) {
             let x = ring.next(b) + a_off;
@@ -168,7 +186,9 @@ fn dw1_chunks<A: Acc, const T: usize>(
                 for ks in 0..T {
                     if ks < b.rows() / 16 {
                         let a = ldmatrix_x4_trans(x + (16 * ks * CHUNK_STRIDE) as u32);
-                        acc[c].mma_k16(a, bf[ks]);
+                        for g in 0..O {
+                            acc[c][g].mma_k16(a, bf[g][ks]);
+                        }
                     }
                 }
             }

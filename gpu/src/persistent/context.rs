@@ -2,11 +2,10 @@
 //! among its warps, and the addresses of its regions of shared memory.
 use super::*;
 use crate::arch::*;
-use core::ptr::addr_of_mut;
 
-/// One block of the persistent kernel. Block `P·s + h` owns slice `s` of the hidden units (8
-/// of them, from `j0`) for part `h` of the `P` parts of the batch (rows `r0..r0 + mine`,
-/// possibly none).
+/// One block of the persistent kernel. Block `P·s + h` owns slice `s` of the hidden units
+/// ([`Smem::n`] n-tiles of 8, from `j0`) for part `h` of the `P` parts of the batch (rows
+/// `r0..r0 + mine`, possibly none).
 #[derive(Clone, Copy)]
 pub struct Block {
     pub args: Params,
@@ -22,6 +21,10 @@ pub struct Block {
     pub slice: u32,
     pub part: usize,
     pub j0: u32,
+    /// The first of the n-tiles whose W1 this block updates, and of those its partner does
+    /// (the same n-tile with a slice of one: both update it).
+    pub own0: usize,
+    pub peer0: usize,
     pub r0: usize,
     pub mine: usize,
     pub classes: usize,
@@ -43,10 +46,14 @@ pub const fn whole_block_meets(stream: bool, single: bool) -> bool {
 impl Block {
     #[inline(always)]
     /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most.
-    pub fn new<const STREAM: bool, const SINGLE: bool, const T: usize>(args: Params) -> Block {
+    pub fn new<const STREAM: bool, const SINGLE: bool, const T: usize, const N: usize>(
+        args: Params,
+    ) -> Block {
         let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
         let lay = if STREAM {
             Smem::streamed(batch, dim, args.stages as usize)
+        } else if N > 1 {
+            Smem::wide(batch, dim, N)
         } else {
             Smem::whole(batch, dim, if SINGLE { 1 } else { 2 }, parts)
         };
@@ -54,6 +61,7 @@ impl Block {
         let blk = block_x();
         let (slice, part) = (blk / parts as u32, blk as usize % parts);
         let r0 = part * lay.rows;
+        let first_owned = |p: usize| if N == 1 { 0 } else { p * owned(N) };
         Block {
             args,
             lay,
@@ -66,7 +74,9 @@ impl Block {
             blocks: grid_dim_x(),
             slice,
             part,
-            j0: slice * UNITS as u32,
+            j0: slice * (N * UNITS) as u32,
+            own0: first_owned(part),
+            peer0: first_owned(part ^ 1),
             r0,
             mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
             classes: args.classes as usize,
@@ -150,17 +160,23 @@ impl Block {
     pub fn at(&self, offset: usize) -> u32 {
         self.s0 + offset as u32
     }
+    /// W1's, H's and dH's plane of n-tile `p`.
     #[inline(always)]
-    pub fn w1(&self) -> u32 {
-        self.at(self.lay.w1)
+    pub fn w1(&self, p: usize) -> u32 {
+        self.at(self.lay.w1 + p * self.lay.w1_plane)
     }
     #[inline(always)]
-    pub fn h(&self) -> u32 {
-        self.at(self.lay.h)
+    pub fn h(&self, p: usize) -> u32 {
+        self.at(self.lay.h + p * self.lay.h_plane)
     }
     #[inline(always)]
-    pub fn dh(&self) -> u32 {
-        self.at(self.lay.dh)
+    pub fn dh(&self, p: usize) -> u32 {
+        self.at(self.lay.dh + p * self.lay.h_plane)
+    }
+    /// Hidden units of the block's slice.
+    #[inline(always)]
+    pub fn units(&self) -> usize {
+        self.lay.n * UNITS
     }
     #[inline(always)]
     pub fn dl(&self) -> u32 {
@@ -183,7 +199,8 @@ impl Block {
     pub fn batch_buffer(&self, buf: usize) -> u32 {
         self.at(self.lay.x + buf * self.rows() * self.lay.buffer_row)
     }
-    /// The `mbarrier` of batch buffer 0 or 1, or (2) of the partner's shares.
+    /// The `mbarrier` of batch buffer 0 or 1, (2) of the partner's shares, or (3) of its new
+    /// W1 values.
     #[inline(always)]
     pub fn mbar(&self, i: usize) -> u32 {
         self.at(self.lay.mbar + 8 * i)
@@ -196,10 +213,10 @@ impl Block {
     /// The fields of [`SmallParams`], as pointers to their first elements.
     #[inline(always)]
     pub fn small(&self) -> Small {
-        let p = unsafe { self.base.add(self.lay.params) as *mut SmallParams };
+        let p = unsafe { self.base.add(self.lay.params) as *mut f32 };
         macro_rules! field {
             ($f:ident) => {
-                unsafe { addr_of_mut!((*p).$f) as *mut f32 }
+                unsafe { p.add(self.lay.small.$f) }
             };
         }
         Small {
@@ -235,19 +252,20 @@ impl Block {
             let buf = self.lay.x + b * rows * stride;
             zero(buf + mine * stride, buf + rows * stride);
         }
-        zero(
-            self.lay.h + mine * UNITS * 2,
-            self.lay.h + rows32 * UNITS * 2,
-        );
-        zero(
-            self.lay.dh + mine * UNITS * 2,
-            self.lay.dh + rows32 * UNITS * 2,
-        );
+        for p in 0..self.lay.n {
+            let (h, dh) = (self.lay.h, self.lay.dh);
+            let plane = p * self.lay.h_plane;
+            zero(h + plane + mine * UNITS * 2, h + plane + rows32 * UNITS * 2);
+            zero(
+                dh + plane + mine * UNITS * 2,
+                dh + plane + rows32 * UNITS * 2,
+            );
+        }
     }
 }
 
 /// Pointers to the fields of [`SmallParams`] in shared memory (W2 and the per-warp db1 flat:
-/// `[class][unit]` and `[warp][unit]`).
+/// `[class][unit]` and `[warp][unit]`, over the slice's units).
 #[derive(Clone, Copy)]
 pub struct Small {
     pub w2_master: *mut f32,

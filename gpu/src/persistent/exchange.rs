@@ -8,6 +8,10 @@
 //!   the partner's shared memory as `st.async` messages, which its `mbarrier` counts until all
 //!   have arrived (dW1 into the partner's fp16 W1 copy, which is free from its forward until
 //!   its update; the rest into its [`Smem::xch`]).
+//! - With slices of several n-tiles (the wide kernels, Hopper) each block of the pair updates
+//!   half of them: it sends the partner only its share of the partner's n-tiles, and after the
+//!   update the new fp16 values of its own, which a fourth `mbarrier` counts and the partner
+//!   waits for before its next forward.
 //! - Elsewhere, and for more than two parts, they go to the block's area of the global
 //!   exchange buffer, and the slice's blocks meet at a counter there.
 use super::context::{Block, Step};
@@ -23,13 +27,30 @@ fn dw1_word(b: &Block, mt: usize, p: usize) -> usize {
 
 /// Where the small shares (dW2, db2, db1) start among a block's words.
 const SMALL_AT: usize = WARPS * TILES_PER_WARP * 2 * 32;
-/// Words of the db1 share, after dW2's and db2's.
-pub const DB1_AT: usize = OWN_SHARES;
+/// Words of the db1 share, after dW2's and db2's, with slices of `n` n-tiles.
+pub const fn db1_at(n: usize) -> usize {
+    own_shares(n)
+}
 
-/// The partner's shares of the next step have this many bytes (Hopper).
+/// The partner's shares of the next step have this many bytes (Hopper): dW1's of the n-tiles
+/// this block updates, and the small ones.
 #[inline(always)]
 fn share_bytes(b: &Block) -> u32 {
-    ((b.ktiles * 2 * 32 + SMALL_SHARES) * 4) as u32
+    ((b.ktiles * 2 * 32 * owned(b.lay.n) + small_shares(b.lay.n)) * 4) as u32
+}
+
+/// The partner's new W1 values of a step have this many bytes (wide kernels): its n-tiles'
+/// planes, 16 bytes an input.
+#[inline(always)]
+fn w1_bytes(b: &Block) -> u32 {
+    (b.ktiles * 16 * 16 * owned(b.lay.n)) as u32
+}
+
+/// Whether the blocks of a pair send each other their new W1 values (slices of several
+/// n-tiles, of which each block updates half).
+#[inline(always)]
+pub fn splits_w1(b: &Block) -> bool {
+    b.lay.n > 1
 }
 
 /// On Hopper, the mbarrier that counts the partner's shares, initialised, and the barrier of
@@ -44,10 +65,27 @@ pub fn open<const T: usize>(b: &Block) {
     if in_cluster(T) {
         if b.tid == 0 {
             mbar_init(b.mbar(2), 1);
+            mbar_init(b.mbar(3), 1);
         }
         cluster_sync();
         if b.tid == 0 {
             expect_shares(b);
+            if splits_w1(b) && b.args.steps > 1 {
+                mbar_expect(b.mbar(3), w1_bytes(b));
+            }
+        }
+    }
+}
+
+/// With slices of several n-tiles, from the second step on: waits for the partner's new W1
+/// values of the step before (its n-tiles' planes, which this block's forward reads), then
+/// announces those of this step if another follows. The first step's come from the launch.
+#[inline(always)]
+pub fn wait_w1(b: &Block, s: &Step) {
+    if splits_w1(b) && s.k > 0 {
+        mbar_wait::<true>(b.mbar(3), (s.k - 1) % 2);
+        if b.tid == 0 && s.has_next(b.args.steps) {
+            mbar_expect(b.mbar(3), w1_bytes(b));
         }
     }
 }
@@ -70,8 +108,9 @@ const fn in_cluster(tiles: usize) -> bool {
 pub struct Outbox {
     /// Whether they go to the partner in the cluster ([`in_cluster`]).
     cluster: bool,
-    /// Within a cluster the partner's share mbarrier (0 elsewhere).
+    /// Within a cluster the partner's share mbarrier and W1 mbarrier (0 elsewhere).
     partner_bar: u32,
+    partner_w1_bar: u32,
     /// The block's exchange area in global memory (not used within a cluster).
     area: *mut u32,
 }
@@ -84,6 +123,11 @@ impl Outbox {
             cluster: in_cluster(T),
             partner_bar: if in_cluster(T) {
                 peer_addr(b.mbar(2), b.peer)
+            } else {
+                0
+            },
+            partner_w1_bar: if in_cluster(T) && splits_w1(b) {
+                peer_addr(b.mbar(3), b.peer)
             } else {
                 0
             },
@@ -117,34 +161,51 @@ impl Outbox {
         }
     }
 
-    /// The warp's dW1 tiles as fp16 pairs (the layered path keeps weight gradients in fp16 too).
+    /// The warp's dW1 tiles of the `O` n-tiles from `plane0` as fp16 pairs (the layered path
+    /// keeps weight gradients in fp16 too), into the partner's planes of those n-tiles; through
+    /// global memory only slices of one n-tile exchange.
     #[inline(always)]
-    pub fn send_dw1<A: Acc>(&self, b: &Block, dw1: &[A; TILES_PER_WARP]) {
+    pub fn send_dw1<A: Acc, const O: usize>(
+        &self,
+        b: &Block,
+        dw1: &[[A; O]; TILES_PER_WARP],
+        plane0: usize,
+    ) {
         for i in 0..TILES_PER_WARP {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
-                let pairs = dw1[i].pairs();
-                if self.cluster {
-                    let to = peer_addr(b.w1() + 4 * dw1_word(b, mt, 0) as u32, b.peer);
-                    st_async_v2(to, pairs, self.partner_bar);
-                } else {
-                    for p in 0..2 {
-                        unsafe { *self.area.add(dw1_word(b, mt, p)) = pairs[p] };
+                for g in 0..O {
+                    let pairs = dw1[i][g].pairs();
+                    if self.cluster {
+                        let at = b.w1(plane0 + g) + 4 * dw1_word(b, mt, 0) as u32;
+                        st_async_v2(peer_addr(at, b.peer), pairs, self.partner_bar);
+                    } else {
+                        for p in 0..2 {
+                            unsafe { *self.area.add(dw1_word(b, mt, p)) = pairs[p] };
+                        }
                     }
                 }
             }
         }
     }
+
+    /// A new fp16 word of W1 at `at` (a plane of this block's n-tiles) into the partner's copy,
+    /// counted at its W1 mbarrier.
+    #[inline(always)]
+    pub fn send_w1(&self, b: &Block, at: u32, word: u32) {
+        st_async_u32(peer_addr(at, b.peer), word, self.partner_w1_bar);
+    }
 }
 
 /// The slice's gradients as this thread updates them: every block's share, summed in part
 /// order, so the blocks of a slice get the same sums.
-pub struct Sums {
-    /// The thread's dW1 elements of each of its tiles, in fragment order (as
-    /// [`Acc::pairs`] packs them).
-    pub dw1: [[f32; 4]; TILES_PER_WARP],
-    /// dW2's and db2's elements of the thread's [`update::w2_element`], db1's entry `tid`.
-    pub dw2: f32,
+pub struct Sums<const N: usize, const O: usize> {
+    /// The thread's dW1 elements of each of its tiles of the n-tiles it updates, in fragment
+    /// order (as [`Acc::pairs`] packs them).
+    pub dw1: [[[f32; 4]; O]; TILES_PER_WARP],
+    /// dW2's elements of the thread's [`update::w2_element`] of each n-tile, db2's of its
+    /// class, db1's entry `tid`.
+    pub dw2: [f32; N],
     pub db2: f32,
     pub db1: f32,
 }
@@ -158,12 +219,12 @@ pub struct Sums {
 /// counter barrier holds those block barriers. `freed` runs as soon as a block barrier shows
 /// every warp past dW1: the batch buffer is free.
 #[inline(always)]
-pub fn receive<A: Acc, const T: usize>(
+pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
-    (dw1, db1): (&[A; TILES_PER_WARP], f32),
+    (dw1, db1): (&[[A; O]; TILES_PER_WARP], f32),
     freed: impl Fn(),
-) -> Sums {
+) -> Sums<N, O> {
     let parts = parts(T);
     let exchange = b.args.exchange as *mut u32;
     let first = b.slice as usize * parts;
@@ -188,24 +249,24 @@ pub fn receive<A: Acc, const T: usize>(
             ld_global_cg_u32_if(area(q).wrapping_add(i), q != b.part, own)
         }
     };
-    // The small words of the thread's update (dW2's and db2's of its W2 element, db1's entry),
-    // this block's after the barrier above, of every part. From global memory they are
-    // requested before dW1's sums wait for theirs; within a cluster, after the block barrier
-    // that lets this block's own be read.
-    let small_words = [
-        update::w2_word(b),
-        128 + update::w2_word(b),
-        DB1_AT + b.tid % UNITS,
-    ];
+    // The small words of the thread's update (dW2's of its W2 element of each n-tile, db2's,
+    // db1's entry), this block's after the barrier above, of every part. From global memory
+    // they are requested before dW1's sums wait for theirs; within a cluster, after the block
+    // barrier that lets this block's own be read.
+    let w2_words: [usize; N] = core::array::from_fn(|n| 128 * n + update::w2_word(b));
+    let bias_words = [128 * N + update::w2_word(b), db1_at(N) + b.tid % b.units()];
     let small_of = |q: usize| {
         let own = b.own();
-        let mine = unsafe { [*own.add(small_words[0]), *own.add(small_words[1]), db1] };
-        core::array::from_fn(|e| {
-            let j = small_words[e];
-            word(q, SMALL_AT + j, mine[e].to_bits(), b.xch() + 4 * j as u32)
-        })
+        let small =
+            |j: usize, mine: f32| word(q, SMALL_AT + j, mine.to_bits(), b.xch() + 4 * j as u32);
+        let w2: [u32; N] = w2_words.map(|j| small(j, unsafe { *own.add(j) }));
+        let bias = [
+            small(bias_words[0], unsafe { *own.add(bias_words[0]) }),
+            small(bias_words[1], db1),
+        ];
+        (w2, bias)
     };
-    let mut small = [[0u32; 3]; MAX_PARTS];
+    let mut small = [([0u32; N], [0u32; 2]); MAX_PARTS];
     if !in_cluster(T) {
         for q in 0..parts {
             small[q] = small_of(q);
@@ -213,14 +274,16 @@ pub fn receive<A: Acc, const T: usize>(
     }
     // dW1's words of every part, all requested before the batch copy (`freed`, from global
     // memory) is issued, which would otherwise delay them; held until summed.
-    let mut words = [[[0u32; 2]; TILES_PER_WARP]; MAX_PARTS];
+    let mut words = [[[[0u32; 2]; O]; TILES_PER_WARP]; MAX_PARTS];
     for q in 0..parts {
         words[q] = core::array::from_fn(|i| {
             // A warp past its last tile repeats it, branch-free (the update skips those sums).
             let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
-            core::array::from_fn(|p| {
-                let j = dw1_word(b, mt, p);
-                word(q, j, dw1[i].pairs()[p], b.w1() + 4 * j as u32)
+            core::array::from_fn(|g| {
+                core::array::from_fn(|p| {
+                    let j = dw1_word(b, mt, p);
+                    word(q, j, dw1[i][g].pairs()[p], b.w1(b.own0 + g) + 4 * j as u32)
+                })
             })
         });
     }
@@ -228,16 +291,18 @@ pub fn receive<A: Acc, const T: usize>(
         freed();
     }
     let mut sums = Sums {
-        dw1: [[0.0; 4]; TILES_PER_WARP],
-        dw2: 0.0,
+        dw1: [[[0.0; 4]; O]; TILES_PER_WARP],
+        dw2: [0.0; N],
         db2: 0.0,
         db1: 0.0,
     };
     for i in 0..TILES_PER_WARP {
-        for p in 0..2 {
-            let g = A::sum_pairs(parts, |q| words[q][i][p]);
-            sums.dw1[i][2 * p] = g[0];
-            sums.dw1[i][2 * p + 1] = g[1];
+        for g in 0..O {
+            for p in 0..2 {
+                let v = A::sum_pairs(parts, |q| words[q][i][g][p]);
+                sums.dw1[i][g][2 * p] = v[0];
+                sums.dw1[i][g][2 * p + 1] = v[1];
+            }
         }
     }
     if in_cluster(T) {
@@ -247,7 +312,11 @@ pub fn receive<A: Acc, const T: usize>(
             small[q] = small_of(q);
         }
     }
-    let sum = |e: usize| (0..parts).fold(0.0, |s, q| s + f32::from_bits(small[q][e]));
-    (sums.dw2, sums.db2, sums.db1) = (sum(0), sum(1), sum(2));
+    let sum = |v: [u32; MAX_PARTS]| (0..parts).fold(0.0, |s, q| s + f32::from_bits(v[q]));
+    for n in 0..N {
+        sums.dw2[n] = sum(core::array::from_fn(|q| small[q].0[n]));
+    }
+    sums.db2 = sum(core::array::from_fn(|q| small[q].1[0]));
+    sums.db1 = sum(core::array::from_fn(|q| small[q].1[1]));
     sums
 }

@@ -12,9 +12,9 @@ use crate::layout::{Operand, ldmatrix_lane};
 
 /// Warps that split the forward's K. All eight where no warp fetches meanwhile (on Hopper the
 /// copy engine fetches the next batch; the streamed kernels' warps all load between chunks; one
-/// whole-batch buffer fills after dW1) and
-/// their partials fit [`PARTIALS`], which fp32 ones fit four of; else the tile warps (the
-/// whole-batch kernel's loader warps issue `cp.async` meanwhile).
+/// whole-batch buffer fills after dW1) and their partials fit [`partials_bytes`], which fp32
+/// ones fit four of; else the tile warps (the whole-batch kernel's loader warps issue
+/// `cp.async` meanwhile).
 const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
     if (HOPPER || STREAM) && size_of::<A>() == 8 {
         WARPS
@@ -23,18 +23,20 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
     }
 }
 
-/// The tile warp's H fragment (zeros from other warps), after storing it fp16 in shared memory.
-/// The streamed kernels read the batch from `ring`. A block has `T` 16-row tiles at most.
+/// The tile warp's H fragment of each n-tile (zeros from other warps), after storing it fp16
+/// in shared memory. The streamed kernels read the batch from `ring`. A block has `T` 16-row
+/// tiles at most and `N` n-tiles.
 #[inline(always)]
-pub fn hidden<A: Acc, const STREAM: bool, const T: usize>(
+pub fn hidden<A: Acc, const STREAM: bool, const T: usize, const N: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
-) -> [f32; 4] {
+) -> [[f32; 4]; N] {
     // The one-buffer kernel (STREAM false) splits as the streamed ones do.
     const {
-        assert!(forward_warps::<A, false>() * MAX_TILES * 32 * size_of::<A>() <= PARTIALS);
-        assert!(forward_warps::<A, true>() * MAX_TILES * 32 * size_of::<A>() <= PARTIALS);
+        let bytes = MAX_TILES * N * 32 * size_of::<A>();
+        assert!(forward_warps::<A, false>() * bytes <= partials_bytes(N));
+        assert!(forward_warps::<A, true>() * bytes <= partials_bytes(N));
         assert!(T <= MAX_TILES);
     };
     // With one whole-batch buffer no warp loads during the forward either.
@@ -45,19 +47,15 @@ pub fn hidden<A: Acc, const STREAM: bool, const T: usize>(
     };
     if STREAM {
         // Every thread takes part in the ring, rows or not.
-        let acc = k_chunks::<A, T>(b, ring, fwd);
+        let acc = k_chunks::<A, T, N>(b, ring, fwd);
         if b.warp < fwd {
-            for m in 0..T {
-                st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
-            }
+            store_partials(b, &acc);
         }
         sync_threads();
     } else if b.mine > 0 {
         if b.warp < fwd {
-            let acc = k_split::<A, T>(b, s, fwd);
-            for m in 0..T {
-                st_shared_acc(partial::<A>(b, b.warp, m), acc[m]);
-            }
+            let acc = k_split::<A, T, N>(b, s, fwd);
+            store_partials(b, &acc);
         }
         // Elsewhere the loader warps must not arrive: the named barrier counts the tile warps'
         // 128 threads, and with the loaders' a generation would release early.
@@ -67,36 +65,57 @@ pub fn hidden<A: Acc, const STREAM: bool, const T: usize>(
             bar_sync::<2, 128>()
         };
     }
-    let mut hf = [0.0f32; 4];
+    let mut hf = [[0.0f32; 4]; N];
     if b.has_tile() {
-        let sum = sum_partials::<A>(b, fwd);
         let (g, t) = (b.group(), b.in_group());
-        for e in 0..4 {
-            let v = unsafe { *b.small().b1_half.add(2 * t + (e & 1)) } + sum.get(e);
-            // A ReLU that lets NaN through, so a diverged run shows in the loss.
-            hf[e] = round_h(if v < 0.0 { 0.0 } else { v });
-        }
         let row = (16 * b.warp + g) as u32;
-        st_shared_frag_f16(b.h(), UNITS as u32, row, 2 * t as u32, hf);
+        for n in 0..N {
+            let sum = sum_partials::<A, N>(b, fwd, n);
+            for e in 0..4 {
+                let unit = UNITS * n + 2 * t + (e & 1);
+                let v = unsafe { *b.small().b1_half.add(unit) } + sum.get(e);
+                // A ReLU that lets NaN through, so a diverged run shows in the loss.
+                hf[n][e] = round_h(if v < 0.0 { 0.0 } else { v });
+            }
+            st_shared_frag_f16(b.h(n), UNITS as u32, row, 2 * t as u32, hf[n]);
+        }
     }
     hf
 }
 
-/// The warp's partial products of every tile over its k-steps.
+/// The B fragments of k-step `ks` of every n-tile of W1: one `ldmatrix.x4.trans` a pair of
+/// planes (lanes 16-31 address the second), `.x2` for a slice of one.
 #[inline(always)]
-fn k_split<A: Acc, const T: usize>(b: &Block, s: &Step, fwd: usize) -> [A; T] {
+fn w1_frags<const N: usize>(b: &Block, ks: usize) -> [[u32; 2]; N] {
+    let l = b.lane;
+    let row = ((16 * ks + l % 16) * UNITS * 2) as u32;
+    let mut bf = [[0u32; 2]; N];
+    if N == 1 {
+        bf[0] = ldmatrix_x2_trans(b.w1(0) + row);
+    } else {
+        for pair in 0..N / 2 {
+            let r = ldmatrix_x4_trans(b.w1(2 * pair + l / 16) + row);
+            bf[2 * pair] = [r[0], r[1]];
+            bf[2 * pair + 1] = [r[2], r[3]];
+        }
+    }
+    bf
+}
+
+/// The warp's partial products of every tile and n-tile over its k-steps.
+#[inline(always)]
+fn k_split<A: Acc, const T: usize, const N: usize>(b: &Block, s: &Step, fwd: usize) -> [[A; N]; T] {
     let (ktiles, l, stride) = (b.ktiles, b.lane, b.lay.stride);
     let tiles = b.rows() / 16;
-    let mut acc = [A::ZERO; T];
+    let mut acc = [[A::ZERO; N]; T];
     let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
     let a0 = s.x + (mm * stride + 2 * kk) as u32;
     // Tiles past the block's last repeat it, branch-free (their sums are not used).
     let a_at: [u32; T] = core::array::from_fn(|m| a0 + (16 * m.min(tiles - 1) * stride) as u32);
-    let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
     let frag = |ks: usize| {
         (
             a_at.map(|a| ldmatrix_x4(a + 32 * ks as u32)),
-            ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32),
+            w1_frags::<N>(b, ks),
         )
     };
     // The next k-step's fragments are loaded before this one's mma are issued.
@@ -110,7 +129,9 @@ fn k_split<A: Acc, const T: usize>(b: &Block, s: &Step, fwd: usize) -> [A; T] {
                 next = frag(ks);
             }
             for m in 0..T {
-                acc[m].mma_k16(a[m], bf);
+                for n in 0..N {
+                    acc[m][n].mma_k16(a[m], bf[n]);
+                }
             }
         }
     }
@@ -121,14 +142,17 @@ fn k_split<A: Acc, const T: usize>(b: &Block, s: &Step, fwd: usize) -> [A; T] {
 /// takes `8c + w` (and `8c + w + 4` where four warps split K). Every thread calls it (the ring's
 /// barriers); only the forward's warps compute.
 #[inline(always)]
-fn k_chunks<A: Acc, const T: usize>(b: &Block, ring: &mut Ring, fwd: usize) -> [A; T] {
+fn k_chunks<A: Acc, const T: usize, const N: usize>(
+    b: &Block,
+    ring: &mut Ring,
+    fwd: usize,
+) -> [[A; N]; T] {
     let (ktiles, l) = (b.ktiles, b.lane);
     let tiles = b.rows() / 16;
-    let mut acc = [A::ZERO; T];
+    let mut acc = [[A::ZERO; N]; T];
     let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
     let a_off: [u32; T] =
         core::array::from_fn(|m| ((16 * m.min(tiles - 1) + mm) * CHUNK_STRIDE + 2 * kk) as u32);
-    let b0 = b.w1() + ((l % 16) * UNITS * 2) as u32;
     for c in 0..chunks(b) {
         let x = ring.next(b);
         if b.warp < fwd {
@@ -136,10 +160,12 @@ fn k_chunks<A: Acc, const T: usize>(b: &Block, ring: &mut Ring, fwd: usize) -> [
                 let local = b.warp + fwd * j;
                 let ks = CHUNK / 16 * c + local;
                 if ks < ktiles {
-                    let bf = ldmatrix_x2_trans(b0 + (16 * UNITS * 2 * ks) as u32);
+                    let bf = w1_frags::<N>(b, ks);
                     let a = a_off.map(|o| ldmatrix_x4(x + o + 32 * local as u32));
                     for m in 0..T {
-                        acc[m].mma_k16(a[m], bf);
+                        for n in 0..N {
+                            acc[m][n].mma_k16(a[m], bf[n]);
+                        }
                     }
                 }
             }
@@ -148,21 +174,33 @@ fn k_chunks<A: Acc, const T: usize>(b: &Block, ring: &mut Ring, fwd: usize) -> [
     acc
 }
 
-/// Where forward warp `from` leaves its partial sums of tile `m`: `[warp][tile][lane]`.
+/// Where forward warp `from` leaves its partial sums of tile `m`, n-tile `n`:
+/// `[warp][tile][n-tile][lane]`.
 #[inline(always)]
-fn partial<A: Acc>(b: &Block, from: usize, m: usize) -> u32 {
-    b.at(b.lay.partials + ((from * MAX_TILES + m) * 32 + b.lane) * size_of::<A>())
+fn partial<A: Acc, const N: usize>(b: &Block, from: usize, m: usize, n: usize) -> u32 {
+    let at = ((from * MAX_TILES + m) * N + n) * 32 + b.lane;
+    b.at(b.lay.partials + at * size_of::<A>())
 }
 
-/// Tile `warp`'s sum over every forward warp's partials, pairwise in warp order, so runs
-/// repeat bit for bit. Every partial is loaded unconditionally (zeros from warps past the
-/// forward's): loads each under its own branch, each waited for before the next, cost more
-/// than the split saves.
+/// Stores the forward warp's partial sums of every tile and n-tile.
 #[inline(always)]
-fn sum_partials<A: Acc>(b: &Block, fwd: usize) -> A {
+fn store_partials<A: Acc, const T: usize, const N: usize>(b: &Block, acc: &[[A; N]; T]) {
+    for m in 0..T {
+        for n in 0..N {
+            st_shared_acc(partial::<A, N>(b, b.warp, m, n), acc[m][n]);
+        }
+    }
+}
+
+/// Tile `warp`'s sum over every forward warp's partials of n-tile `n`, pairwise in warp
+/// order, so runs repeat bit for bit. Every partial is loaded unconditionally (zeros from
+/// warps past the forward's): loads each under its own branch, each waited for before the
+/// next, cost more than the split saves.
+#[inline(always)]
+fn sum_partials<A: Acc, const N: usize>(b: &Block, fwd: usize, n: usize) -> A {
     let mut p: [A; WARPS] = core::array::from_fn(|from| {
         if from < fwd {
-            ld_shared_acc(partial::<A>(b, from, b.warp))
+            ld_shared_acc(partial::<A, N>(b, from, b.warp, n))
         } else {
             A::ZERO
         }

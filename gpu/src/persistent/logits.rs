@@ -12,15 +12,16 @@ use crate::layout::mma_c;
 pub const FIX: f32 = 4294967296.0;
 const FIX_LIMIT: f32 = 1048576.0;
 
-/// The tile warp's partial logits: the H fragment `hf` is the A fragment of an m16n8k8
-/// product over the slice's 8 units.
+/// The tile warp's partial logits: the H fragment of each n-tile `hf[n]` is the A fragment of
+/// an m16n8k8 product over its 8 units, accumulated over the slice's n-tiles.
 #[inline(always)]
-pub fn add_partials(b: &Block, s: &Step, hf: &[f32; 4]) {
+pub fn add_partials<const N: usize>(b: &Block, s: &Step, hf: &[[f32; 4]; N]) {
     if !b.has_tile() {
         return;
     }
     let (w, l, g, t, cn) = (b.warp, b.lane, b.group(), b.in_group(), b.classes);
-    let a = [pack_h2(hf[0], hf[1]), pack_h2(hf[2], hf[3])];
+    let a = hf.map(|h| [pack_h2(h[0], h[1]), pack_h2(h[2], h[3])]);
+    let units = b.units();
     // The sums of the thread's rows (g and g + 8 of the tile), and the count of values that
     // were not finite or too large for the fixed point.
     let row_sums = [0, 8].map(|h| {
@@ -30,9 +31,12 @@ pub fn add_partials(b: &Block, s: &Step, hf: &[f32; 4]) {
     let poison = s.sums.wrapping_add(b.slot - 2);
     for nt in 0..MAX_CLASSES / 8 {
         if 8 * nt < cn {
-            let bf = ld_shared_u32(b.w2_cu() + (((8 * nt + g) * UNITS + 2 * t) * 2) as u32);
             let mut d = [0.0f32; 4];
-            mma_m16n8k8_f32(&mut d, a, bf);
+            for n in 0..N {
+                let unit = UNITS * n + 2 * t;
+                let bf = ld_shared_u32(b.w2_cu() + (((8 * nt + g) * units + unit) * 2) as u32);
+                mma_m16n8k8_f32(&mut d, a[n], bf);
+            }
             for e in 0..4 {
                 let (r, c) = mma_c(l, e);
                 let (row, class) = ((16 * w + r) as u32, (8 * nt + c) as u32);

@@ -22,6 +22,11 @@
 //!   `st.async` messages, which its `mbarrier` counts until all have arrived; elsewhere they go
 //!   through global memory and the slice's blocks meet at a counter there.
 //!
+//! Where hidden layers are too wide for two blocks per 8 units to be resident at once, the
+//! wide kernels (Hopper) give a block a slice of `N` n-tiles of 8 units (16 or 32 units): the
+//! two blocks of a pair then each keep and update W1's state of half the slice's n-tiles and
+//! send each other their new values (`exchange`).
+//!
 //! Splitting the batch halves the shared memory a block needs for it, which on Hopper leaves
 //! room for a second buffer: the copy of the next batch (the step's largest transfer) overlaps
 //! the step instead of preceding its forward. With room for one buffer (an A100), the next batch
@@ -52,8 +57,11 @@
 //! dW1, loaded by `cp.async` (sm_80+) or through registers (sm_75) a few chunks ahead of the
 //! one the warps read. `docs/persistent.md` explains the design and its measured costs.
 
-/// Hidden units per slice: one n = 8 `mma` tile.
+/// Hidden units per n-tile: one n = 8 `mma` tile. A block's slice of the hidden units has one
+/// n-tile, or (the wide kernels, [`WIDE`]) several.
 pub const UNITS: usize = 8;
+/// n-tiles per slice of the wide kernels (Hopper): 16 and 32 hidden units a block.
+pub const WIDE: [usize; 2] = [2, 4];
 /// Threads per block: 8 warps. Warps `0..TILE_WARPS` own the 16-row tiles of the batch.
 pub const THREADS: usize = 256;
 pub const WARPS: usize = THREADS / 32;
@@ -68,9 +76,20 @@ pub const MAX_CLASSES: usize = 16;
 const TILES_PER_WARP: usize = MAX_DIM / 16 / WARPS;
 /// 16-row tiles of a block's rows of the batch, at most: with the batch in two parts.
 const MAX_TILES: usize = tiles(PAIR);
-/// Bytes of the forward's partial sums: a fragment of fp16 accumulators per warp, tile and
-/// lane (fp32 ones take twice the bytes: half the warps then split the forward).
-const PARTIALS: usize = WARPS * MAX_TILES * 32 * 8;
+/// Bytes of the forward's partial sums with slices of `n` n-tiles: a fragment of fp16
+/// accumulators per warp, tile, n-tile and lane (fp32 ones take twice the bytes: half the
+/// warps then split the forward).
+pub const fn partials_bytes(n: usize) -> usize {
+    WARPS * MAX_TILES * n * 32 * 8
+}
+
+/// The n-tiles of a slice of `n` whose W1 master values and momentum a block keeps and
+/// updates: every one of a slice of one (both blocks of a slice update the same copy); with
+/// more, the blocks of a pair split them, each sending the other its gradient share of the
+/// other's n-tiles and then their new values.
+pub const fn owned(n: usize) -> usize {
+    if n == 1 { 1 } else { n / PAIR }
+}
 const _: () = assert!(
     WARPS * TILES_PER_WARP * 16 == MAX_DIM,
     "the warps' tiles cover MAX_DIM"
@@ -188,12 +207,16 @@ pub const LOGIT_SLOTS: usize = 3;
 /// both the writes and the reads are coalesced): its share of dW1 as fp16 pairs
 /// (`[tile][pair][lane]`; the layered path keeps weight gradients in fp16 too), then f32 shares
 /// of dW2 and db2 (`[element][lane]` each) and of db1. (Within a Hopper cluster they go to the
-/// partner's shared memory.)
-pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + SMALL_SHARES;
-/// Words of the shares of dW2 and db2 (one `mma` fragment each) and of db1.
-pub const SMALL_SHARES: usize = OWN_SHARES + UNITS;
-/// Words of the shares of dW2 and db2.
-const OWN_SHARES: usize = 2 * 4 * 32;
+/// partner's shared memory; slices of one n-tile only exchange through global memory.)
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + small_shares(1);
+/// Words of the shares of dW2 and db2 and of db1 with slices of `n` n-tiles.
+pub const fn small_shares(n: usize) -> usize {
+    own_shares(n) + n * UNITS
+}
+/// Words of the shares of dW2 (one `mma` fragment per n-tile) and db2 (one fragment).
+pub const fn own_shares(n: usize) -> usize {
+    (n + 1) * 4 * 32
+}
 
 mod smem;
 pub use smem::*;
@@ -228,25 +251,38 @@ mod kernel {
     use super::stream::Ring;
     use super::weights::W1;
     use super::*;
-    #[cfg(target_feature = "sm_80")]
-    use crate::arch::HOPPER;
-    use crate::arch::{Acc, sync_threads};
+    use crate::arch::{Acc, HOPPER, sync_threads};
 
     /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
     /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`, sm_80+),
     /// two of them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so
-    /// a slice has [`parts`]`(T)` blocks.
+    /// a slice has [`parts`]`(T)` blocks; its slice has `N` n-tiles, of which it updates `O`
+    /// ([`owned`]).
     #[inline(always)]
-    unsafe fn train<A: Acc, const STREAM: bool, const SINGLE: bool, const T: usize>(args: Params) {
+    unsafe fn train<
+        A: Acc,
+        const STREAM: bool,
+        const SINGLE: bool,
+        const T: usize,
+        const N: usize,
+        const O: usize,
+    >(
+        args: Params,
+    ) {
         const {
             assert!(parts(T) >= PAIR && parts(T) <= MAX_PARTS && tiles(parts(T)) == T);
             assert!(
                 !STREAM || parts(T) == PAIR,
                 "the ring loads a half of the batch"
             );
+            assert!(O == owned(N));
+            assert!(
+                N == 1 || (HOPPER && SINGLE && !STREAM && parts(T) == PAIR),
+                "wide slices: one buffer, a pair of blocks in a cluster"
+            );
         };
-        let block = Block::new::<STREAM, SINGLE, T>(args);
-        let mut w1 = W1::load(&block);
+        let block = Block::new::<STREAM, SINGLE, T, N>(args);
+        let mut w1 = W1::<O>::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
         exchange::open::<T>(&block);
@@ -262,7 +298,8 @@ mod kernel {
             if !STREAM {
                 fetch::wait(&b, &s);
             }
-            let h = forward::hidden::<A, STREAM, T>(&b, &s, &mut ring);
+            exchange::wait_w1(&b, &s);
+            let h = forward::hidden::<A, STREAM, T, N>(&b, &s, &mut ring);
             logits::add_partials(&b, &s, &h);
             #[cfg(target_feature = "sm_80")]
             if !HOPPER && !STREAM {
@@ -274,37 +311,62 @@ mod kernel {
             softmax::record_loss(&b, &s);
             let out = Outbox::new::<T>(&b);
             let db1 = backward::bias_share(&b, &out);
-            backward::output_grads::<T>(&b, &out);
-            let dw1 = backward::input_grads::<A, STREAM, T>(&b, &s, &mut ring);
-            out.send_dw1(&b, &dw1);
-            let sums = exchange::receive::<A, T>(&b, &s, (&dw1, db1), || {
+            backward::output_grads::<T, N>(&b, &out);
+            // The share of dW1 the partner updates goes first; with one n-tile a slice both
+            // blocks update it, and it is this block's own too.
+            let theirs = backward::input_grads::<A, STREAM, T, O>(&b, &s, &mut ring, b.peer0);
+            out.send_dw1(&b, &theirs, b.peer0);
+            let dw1 = if N == 1 {
+                theirs
+            } else {
+                backward::input_grads::<A, STREAM, T, O>(&b, &s, &mut ring, b.own0)
+            };
+            let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
                 #[cfg(target_feature = "sm_80")]
                 if !STREAM {
                     fetch::after_dw1(&b, &s);
                 }
             });
-            update::sgd_step(&b, &mut w1, &sums);
+            update::sgd_step(&b, &s, &mut w1, &sums, &out);
             sync_threads();
         }
-        // One block of each slice writes the parameters back.
-        if block.part == 0 {
+        // Each block writes back what it updates; one block of each slice the rest.
+        if N > 1 || block.part == 0 {
             w1.store(&block);
+        }
+        if block.part == 0 {
             weights::store_small(&block);
         }
     }
 
-    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator.
+    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator
+    /// (the wide kernels, `n` n-tiles a slice, `_f16` only: fp32 accumulators for several
+    /// n-tiles take more registers than a thread has).
     macro_rules! export {
         ($name:literal, $stream:literal, $single:literal, $parts:literal) => {
-            export!(concat!($name, "_f16"), [u32; 2], $stream, $single, $parts);
-            export!(concat!($name, "_f32"), [f32; 4], $stream, $single, $parts);
+            export!(
+                concat!($name, "_f16"),
+                [u32; 2],
+                $stream,
+                $single,
+                $parts,
+                1
+            );
+            export!(
+                concat!($name, "_f32"),
+                [f32; 4],
+                $stream,
+                $single,
+                $parts,
+                1
+            );
         };
-        ($name:expr, $acc:ty, $stream:literal, $single:literal, $parts:literal) => {
+        ($name:expr, $acc:ty, $stream:literal, $single:literal, $parts:literal, $n:literal) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
                     const T: usize = tiles($parts);
-                    unsafe { train::<$acc, $stream, $single, T>(args) }
+                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }>(args) }
                 }
             };
         };
@@ -316,4 +378,8 @@ mod kernel {
     #[cfg(target_feature = "sm_80")]
     export!("mlp1_persistent_single4", false, true, 4);
     export!("mlp1_persistent_streamed", true, false, 2);
+    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
+    export!("mlp1_persistent_wide2_f16", [u32; 2], false, true, 2, 2);
+    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
+    export!("mlp1_persistent_wide4_f16", [u32; 2], false, true, 2, 4);
 }

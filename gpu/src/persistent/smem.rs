@@ -3,23 +3,58 @@
 use super::*;
 
 /// The slice's parameters other than W1 and the per-warp partial sums, f32, in shared memory
-/// at [`Smem::params`]: W2 and b2 padded with zeros to [`MAX_CLASSES`]. Each parameter has its
-/// master value and momentum; b1 and b2 also the value rounded to fp16 that the forward adds.
-#[repr(C)]
+/// at [`Smem::params`], for a slice of `units` hidden units: W2 and b2 padded with zeros to
+/// [`MAX_CLASSES`]. Each parameter has its master value and momentum; b1 and b2 also the value
+/// rounded to fp16 that the forward adds. The fields in order, as offsets in f32 elements.
+#[derive(Clone, Copy, Debug)]
 pub struct SmallParams {
-    pub w2_master: [[f32; UNITS]; MAX_CLASSES],
-    pub w2_momentum: [[f32; UNITS]; MAX_CLASSES],
-    pub b1_master: [f32; UNITS],
-    pub b1_momentum: [f32; UNITS],
-    pub b1_half: [f32; UNITS],
-    pub b2_master: [f32; MAX_CLASSES],
-    pub b2_momentum: [f32; MAX_CLASSES],
-    pub b2_half: [f32; MAX_CLASSES],
-    /// Each warp's share of db1.
-    pub db1: [[f32; UNITS]; WARPS],
+    /// W2's columns of the slice, `[class][unit]`.
+    pub w2_master: usize,
+    pub w2_momentum: usize,
+    pub b1_master: usize,
+    pub b1_momentum: usize,
+    pub b1_half: usize,
+    pub b2_master: usize,
+    pub b2_momentum: usize,
+    pub b2_half: usize,
+    /// Each warp's share of db1, `[warp][unit]`.
+    pub db1: usize,
     /// Each warp's sums of the loss and of the correct count.
-    pub loss: [f32; WARPS],
-    pub correct: [f32; WARPS],
+    pub loss: usize,
+    pub correct: usize,
+    /// Elements in all.
+    pub len: usize,
+}
+
+impl SmallParams {
+    pub const fn of(units: usize) -> SmallParams {
+        let w2 = MAX_CLASSES * units;
+        let w2_master = 0;
+        let w2_momentum = w2_master + w2;
+        let b1_master = w2_momentum + w2;
+        let b1_momentum = b1_master + units;
+        let b1_half = b1_momentum + units;
+        let b2_master = b1_half + units;
+        let b2_momentum = b2_master + MAX_CLASSES;
+        let b2_half = b2_momentum + MAX_CLASSES;
+        let db1 = b2_half + MAX_CLASSES;
+        let loss = db1 + WARPS * units;
+        let correct = loss + WARPS;
+        SmallParams {
+            w2_master,
+            w2_momentum,
+            b1_master,
+            b1_momentum,
+            b1_half,
+            b2_master,
+            b2_momentum,
+            b2_half,
+            db1,
+            loss,
+            correct,
+            len: correct + WARPS,
+        }
+    }
 }
 
 /// Byte offsets of the kernel's dynamic shared memory for one (batch, input width). The host
@@ -45,32 +80,42 @@ pub struct Smem {
     pub buffer_row: usize,
     /// The batch buffers, fp16 `[buffers][rows][buffer_row]`.
     pub x: usize,
-    /// The slice's rows of W1, fp16 `[dim][UNITS]`: one 16-byte row per input, so the
-    /// forward's B fragments are `ldmatrix.trans` loads and an update stores a unit pair in
-    /// one word. Within a Hopper cluster the partner's dW1 share (16·dim bytes) arrives here too.
+    /// n-tiles (of [`UNITS`] hidden units each) of the block's slice.
+    pub n: usize,
+    /// The slice's rows of W1, fp16 `[n][dim][UNITS]`: one plane per n-tile, one 16-byte row
+    /// per input, so the forward's B fragments are `ldmatrix.trans` loads and an update stores
+    /// a unit pair in one word. Within a Hopper cluster the partner's dW1 share of the planes
+    /// this block updates (16·dim bytes each) arrives in them, and the partner's new values of
+    /// the others.
     pub w1: usize,
-    /// `H[:, s]` and `dH[:, s]`, fp16 `[rows rounded to 32][UNITS]` each.
+    /// Bytes of a plane of W1.
+    pub w1_plane: usize,
+    /// `H[:, s]` and `dH[:, s]`, fp16 `[n][rows rounded to 32][UNITS]` each, of `h_plane`
+    /// bytes a plane.
     pub h: usize,
     pub dh: usize,
+    pub h_plane: usize,
     /// Gradient of the logits, fp16 `[rows][MAX_CLASSES]`.
     pub dl: usize,
     /// The slice's W2 columns in fp16, as `[class][unit]` and as `[unit][class]`.
     pub w2_cu: usize,
     pub w2_uc: usize,
-    /// The slice's parameters other than W1 and the per-warp partial sums: [`SmallParams`].
+    /// The slice's parameters other than W1 and the per-warp partial sums: [`SmallParams`],
+    /// whose fields are at `small`.
     pub params: usize,
+    pub small: SmallParams,
     /// Within a Hopper cluster, where the partner block writes its shares of dW2, db2 and db1
-    /// (f32, [`SMALL_SHARES`]; its dW1 share goes in place of the fp16 W1).
+    /// (f32, [`small_shares`]; its dW1 share goes in place of the fp16 W1).
     pub xch: usize,
     /// This block's shares of dW2 and db2 (f32, in the layout of the others'), where the
     /// threads that update W2 and b2 find them.
     pub own: usize,
-    /// The forward's partial sums of H ([`PARTIALS`] bytes): each warp's over its part of the
-    /// input, for every tile.
+    /// The forward's partial sums of H ([`partials`] bytes): each warp's over its part of the
+    /// input, for every tile and n-tile.
     pub partials: usize,
-    /// Three `mbarrier` objects (u64; the region is padded to 16 bytes): one per batch buffer,
-    /// where Hopper's bulk copies report their bytes, and one where the partner's shares report
-    /// theirs.
+    /// Four `mbarrier` objects (u64): one per batch buffer, where Hopper's bulk copies report
+    /// their bytes, one where the partner's shares report theirs, and (slices of more than
+    /// one n-tile) one where its new W1 values do.
     pub mbar: usize,
     pub bytes: usize,
 }
@@ -81,40 +126,55 @@ pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
 impl Smem {
     /// The layout with `buffers` buffers of whole rows of one of `parts` parts of the batch:
     /// two (the next batch arrives in one while the step reads the other), or one (refilled
-    /// after dW1).
+    /// after dW1); slices of one n-tile.
     pub const fn whole(batch: usize, dim: usize, buffers: usize, parts: usize) -> Smem {
-        Smem::with_buffers(batch.div_ceil(parts), dim, buffers, row_stride(dim), false)
+        Smem::with_buffers(
+            batch.div_ceil(parts),
+            dim,
+            (buffers, row_stride(dim)),
+            false,
+            1,
+        )
+    }
+
+    /// The wide kernels' layout: slices of `n` n-tiles, one buffer of half the batch.
+    pub const fn wide(batch: usize, dim: usize, n: usize) -> Smem {
+        Smem::with_buffers(batch.div_ceil(PAIR), dim, (1, row_stride(dim)), false, n)
     }
 
     /// The streamed kernels' layout, with a ring of `stages` chunk buffers (the batch in two
     /// parts).
     pub const fn streamed(batch: usize, dim: usize, stages: usize) -> Smem {
-        Smem::with_buffers(batch.div_ceil(PAIR), dim, stages, CHUNK_STRIDE, true)
+        Smem::with_buffers(batch.div_ceil(PAIR), dim, (stages, CHUNK_STRIDE), true, 1)
     }
 
-    /// The layout for a block's `part` rows of the batch.
+    /// The layout for a block's `part` rows of the batch in `buffers` buffers of `buffer_row`
+    /// bytes a row, and slices of `n` n-tiles.
     const fn with_buffers(
         part: usize,
         dim: usize,
-        buffers: usize,
-        buffer_row: usize,
+        (buffers, buffer_row): (usize, usize),
         streamed: bool,
+        n: usize,
     ) -> Smem {
+        let units = n * UNITS;
         let rows = part.div_ceil(16) * 16;
         let rows32 = rows.div_ceil(32) * 32;
         let stride = row_stride(dim);
         let x = 0;
         let w1 = x + buffers * rows * buffer_row;
-        let h = w1 + dim * UNITS * 2;
-        let dh = h + rows32 * UNITS * 2;
-        let dl = dh + rows32 * UNITS * 2;
+        let (w1_plane, h_plane) = (dim * UNITS * 2, rows32 * UNITS * 2);
+        let h = w1 + n * w1_plane;
+        let dh = h + n * h_plane;
+        let dl = dh + n * h_plane;
         let w2_cu = dl + rows * MAX_CLASSES * 2;
-        let w2_uc = w2_cu + MAX_CLASSES * UNITS * 2;
-        let params = w2_uc + MAX_CLASSES * UNITS * 2;
-        let xch = (params + size_of::<SmallParams>()).div_ceil(16) * 16;
-        let own = (xch + SMALL_SHARES * 4).div_ceil(16) * 16;
-        let partials = own + OWN_SHARES * 4;
-        let mbar = partials + PARTIALS;
+        let w2_uc = w2_cu + MAX_CLASSES * units * 2;
+        let params = w2_uc + MAX_CLASSES * units * 2;
+        let small = SmallParams::of(units);
+        let xch = (params + small.len * 4).div_ceil(16) * 16;
+        let own = (xch + small_shares(n) * 4).div_ceil(16) * 16;
+        let partials = own + own_shares(n) * 4;
+        let mbar = partials + partials_bytes(n);
         Smem {
             rows,
             stride,
@@ -122,13 +182,17 @@ impl Smem {
             buffers,
             buffer_row,
             x,
+            n,
             w1,
+            w1_plane,
             h,
             dh,
+            h_plane,
             dl,
             w2_cu,
             w2_uc,
             params,
+            small,
             xch,
             own,
             partials,
@@ -160,6 +224,8 @@ mod tests {
                 (Smem::whole(batch, dim, 1, PAIR), PAIR),
                 (Smem::whole(batch, dim, 1, 4), 4),
                 (Smem::streamed(batch, dim, MAX_STAGES), PAIR),
+                (Smem::wide(batch, dim, 2), PAIR),
+                (Smem::wide(batch, dim, 4), PAIR),
             ] {
                 let regions = [
                     m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own,
@@ -179,8 +245,13 @@ mod tests {
                 );
                 assert_eq!((m.buffer_row / 16) % 2, 1);
                 assert_eq!(m.w1 - m.x, m.buffers * m.rows * m.buffer_row);
-                // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits W1's place.
-                assert!(m.h - m.w1 >= dim.div_ceil(16) * 32 * 2 * 4);
+                // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits a
+                // plane of W1; the planes of W1, H and dH follow each other.
+                assert!(m.w1_plane >= dim.div_ceil(16) * 32 * 2 * 4);
+                assert_eq!(m.w1 + m.n * m.w1_plane, m.h);
+                assert_eq!(m.h + m.n * m.h_plane, m.dh);
+                assert_eq!(m.h_plane % 16, 0);
+                assert!(m.h_plane >= m.rows * UNITS * 2);
             }
         }
     }
@@ -208,11 +279,29 @@ mod tests {
         }
     }
 
-    /// The default MNIST model fits an H100's 227 KB per block.
+    /// The default MNIST model fits an H100's 227 KB per block, and so do slices of 16 and 32
+    /// units with one buffer of half the batch (two buffers do not).
     #[test]
     fn mnist_fits_an_h100() {
         let m = Smem::whole(128, 784, 2, PAIR);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
+        for n in WIDE {
+            let wide = Smem::wide(128, 784, n);
+            assert!(wide.bytes <= 232_448, "{n} n-tiles: {} bytes", wide.bytes);
+            let two = wide.bytes + wide.rows * wide.stride;
+            assert!(two > 232_448, "{n} n-tiles: two buffers fit");
+        }
+    }
+
+    /// MNIST's layout at batch 128 with slices of one n-tile is the one `docs/persistent.md`
+    /// tabulates: 231,840 bytes, the small parameters 1,632 of them.
+    #[test]
+    fn mnist_layout_is_the_documented_one() {
+        let p = SmallParams::of(UNITS);
+        assert_eq!(p.len, 2 * 16 * 8 + 3 * 8 + 3 * 16 + WARPS * 8 + 2 * WARPS);
+        assert_eq!((p.b1_master, p.db1, p.correct), (256, 328, 400));
+        assert_eq!(p.len * 4, 1_632);
+        assert_eq!(Smem::whole(128, 784, 2, PAIR).bytes, 231_840);
     }
 }

@@ -1,11 +1,12 @@
 //! The SGD-with-momentum update. Every block of a slice has the same sums of the shares of
 //! each gradient ([`Sums`]) and takes the same step, so their copies of the slice's
-//! parameters stay identical. W1 is updated in registers by the threads
-//! that computed its gradient, its fp16 copy in shared memory; W2 and b2 by the threads of
-//! warps 4-7, one element of the dW2 (and db2) fragment each, after their W1 tiles (warp 0 has
-//! one tile more); b1 by threads `0..UNITS`.
-use super::context::Block;
-use super::exchange::Sums;
+//! parameters stay identical (with slices of several n-tiles, each block of the pair updates
+//! the W1 of half of them and sends the other its new values). W1 is updated in registers by
+//! the threads that computed its gradient, its fp16 copy in shared memory; W2 and b2 by the
+//! threads of warps 4-7, one element of each n-tile's dW2 (and of the db2) fragment each, after
+//! their W1 tiles (warp 0 has one tile more); b1 by the threads below the slice's units.
+use super::context::{Block, Step};
+use super::exchange::{Outbox, Sums, splits_w1};
 use super::weights::{W1, set_w2_half, w1_shared};
 use super::*;
 use crate::arch::*;
@@ -20,42 +21,58 @@ fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
     *w
 }
 
-/// The word of the dW2 (and db2) fragment whose element of W2 (and b2) this thread updates,
-/// if [`w2_element`] gives it one: threads `128 + j` take word `j`.
+/// The word of each n-tile's dW2 fragment (and of the db2 fragment) whose element of W2 (and
+/// b2) this thread updates, if [`w2_element`] gives it one: threads `128 + j` take word `j`.
 #[inline(always)]
 pub fn w2_word(b: &Block) -> usize {
     b.tid % 128
 }
 
-/// The element of W2 this thread updates, if any, as its flat index `class · UNITS + unit`.
+/// The element of W2 this thread updates in each n-tile, if any: its class and its unit in the
+/// n-tile.
 #[inline(always)]
-pub fn w2_element(b: &Block) -> Option<usize> {
+pub fn w2_element(b: &Block) -> Option<(usize, usize)> {
     let j = w2_word(b);
     let (c, unit) = mma_c(j / 4, j % 4);
-    (b.tid >= 128 && c < b.classes).then_some(c * UNITS + unit)
+    (b.tid >= 128 && c < b.classes).then_some((c, unit))
 }
 
-/// The step's update of every parameter of the slice, from the slice's gradients.
+/// The step's update of every parameter of the slice this block updates, from the slice's
+/// gradients; with slices of several n-tiles each new fp16 word of W1 also goes to the partner
+/// (`out`), whose forward of the next step reads it.
 #[inline(always)]
-pub fn sgd_step(b: &Block, w1: &mut W1, sums: &Sums) {
+pub fn sgd_step<const N: usize, const O: usize>(
+    b: &Block,
+    s: &Step,
+    w1: &mut W1<O>,
+    sums: &Sums<N, O>,
+    out: &Outbox,
+) {
+    let send = splits_w1(b) && s.has_next(b.args.steps);
     for i in 0..TILES_PER_WARP {
         let mt = b.warp + WARPS * i;
         if mt < b.ktiles {
-            for p in 0..2 {
-                // Elements 2p and 2p + 1: one input, two adjacent units, one word of W1.
-                let mut nw = [0.0; 2];
-                for h in 0..2 {
-                    let e = 2 * p + h;
-                    let g = sums.dw1[i][e];
-                    nw[h] = sgd(b, &mut w1.master[i][e], &mut w1.momentum[i][e], g);
+            for g in 0..O {
+                for p in 0..2 {
+                    // Elements 2p and 2p + 1: one input, two adjacent units, one word of W1.
+                    let mut nw = [0.0; 2];
+                    for h in 0..2 {
+                        let e = 2 * p + h;
+                        let (w, v) = (&mut w1.master[i][g][e], &mut w1.momentum[i][g][e]);
+                        nw[h] = sgd(b, w, v, sums.dw1[i][g][e]);
+                    }
+                    let (r, c) = mma_c(b.lane, 2 * p);
+                    let (at, word) = (w1_shared(b, b.own0 + g, mt, r, c), pack_h2(nw[0], nw[1]));
+                    st_shared_u32(at, word);
+                    if send {
+                        out.send_w1(b, at, word);
+                    }
                 }
-                let (r, c) = mma_c(b.lane, 2 * p);
-                st_shared_u32(w1_shared(b, mt, r, c), pack_h2(nw[0], nw[1]));
             }
         }
     }
     let p = b.small();
-    if b.tid < UNITS {
+    if b.tid < b.units() {
         let (t, g) = (b.tid, sums.db1);
         unsafe {
             *p.b1_half.add(t) = round_h(sgd(
@@ -66,14 +83,16 @@ pub fn sgd_step(b: &Block, w1: &mut W1, sums: &Sums) {
             ))
         };
     }
-    if let Some(i) = w2_element(b) {
-        let (gw2, gb2) = (sums.dw2, sums.db2);
-        let (c, unit) = (i / UNITS, i % UNITS);
-        let nw = unsafe { sgd(b, &mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i), gw2) };
-        set_w2_half(b, c, unit, nw);
+    if let Some((c, unit)) = w2_element(b) {
+        for n in 0..N {
+            let j = UNITS * n + unit;
+            let i = c * b.units() + j;
+            let (m, v) = unsafe { (&mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i)) };
+            set_w2_half(b, c, j, sgd(b, m, v, sums.dw2[n]));
+        }
         if unit == 0 {
             let (m, v) = unsafe { (&mut *p.b2_master.add(c), &mut *p.b2_momentum.add(c)) };
-            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, gb2)) };
+            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, sums.db2)) };
         }
     }
 }

@@ -6,44 +6,52 @@ use super::*;
 use crate::arch::*;
 use crate::layout::mma_c;
 
-/// The thread's elements of W1: element `e` of the accumulator fragment of dW1ᵀ tile
-/// `warp + WARPS·i`.
-pub struct W1 {
-    pub master: [[f32; 4]; TILES_PER_WARP],
-    pub momentum: [[f32; 4]; TILES_PER_WARP],
+/// The thread's elements of W1 of the `O` n-tiles the block updates (from [`Block::own0`]):
+/// element `e` of the accumulator fragment of dW1ᵀ tile `warp + WARPS·i`.
+pub struct W1<const O: usize> {
+    pub master: [[[f32; 4]; O]; TILES_PER_WARP],
+    pub momentum: [[[f32; 4]; O]; TILES_PER_WARP],
 }
 
-/// Element (input `16·mt + r`, unit `c`) of the slice's W1: its index in the parameter buffers.
+/// Element (input `16·mt + r`, unit `c` of n-tile `p`) of the slice's W1: its index in the
+/// parameter buffers.
 #[inline(always)]
-fn w1_index(b: &Block, mt: usize, r: usize, c: usize) -> usize {
-    (b.args.o_w1 + (b.j0 + c as u32) * b.args.dim) as usize + 16 * mt + r
+fn w1_index(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> usize {
+    (b.args.o_w1 + (b.j0 + (UNITS * p + c) as u32) * b.args.dim) as usize + 16 * mt + r
 }
 
-/// The same element's address in the fp16 copy in shared memory (`[input][unit]`).
+/// The same element's address in the fp16 copy in shared memory (`[n-tile][input][unit]`).
 #[inline(always)]
-pub fn w1_shared(b: &Block, mt: usize, r: usize, c: usize) -> u32 {
-    b.w1() + (((16 * mt + r) * UNITS + c) * 2) as u32
+pub fn w1_shared(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> u32 {
+    b.w1(p) + (((16 * mt + r) * UNITS + c) * 2) as u32
 }
 
-impl W1 {
+impl<const O: usize> W1<O> {
+    /// The master values and momentum of the block's n-tiles into registers, and the fp16
+    /// copy of every n-tile of the slice into shared memory.
     #[inline(always)]
-    pub fn load(b: &Block) -> W1 {
+    pub fn load(b: &Block) -> W1<O> {
         let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
         let mut w1 = W1 {
-            master: [[0.0; 4]; TILES_PER_WARP],
-            momentum: [[0.0; 4]; TILES_PER_WARP],
+            master: [[[0.0; 4]; O]; TILES_PER_WARP],
+            momentum: [[[0.0; 4]; O]; TILES_PER_WARP],
         };
         for i in 0..TILES_PER_WARP {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
                 for e in 0..4 {
                     let (r, c) = mma_c(b.lane, e);
-                    let k = w1_index(b, mt, r, c);
-                    unsafe {
-                        w1.master[i][e] = *w32.add(k);
-                        w1.momentum[i][e] = *vel.add(k);
+                    for g in 0..O {
+                        let k = w1_index(b, b.own0 + g, mt, r, c);
+                        unsafe {
+                            w1.master[i][g][e] = *w32.add(k);
+                            w1.momentum[i][g][e] = *vel.add(k);
+                        }
                     }
-                    st_shared_u16(w1_shared(b, mt, r, c), f2h(w1.master[i][e]));
+                    for p in 0..b.lay.n {
+                        let m = unsafe { *w32.add(w1_index(b, p, mt, r, c)) };
+                        st_shared_u16(w1_shared(b, p, mt, r, c), f2h(m));
+                    }
                 }
             }
         }
@@ -57,12 +65,10 @@ impl W1 {
             if mt < b.ktiles {
                 for e in 0..4 {
                     let (r, c) = mma_c(b.lane, e);
-                    put(
-                        b,
-                        w1_index(b, mt, r, c),
-                        self.master[i][e],
-                        self.momentum[i][e],
-                    );
+                    for g in 0..O {
+                        let (m, v) = (self.master[i][g][e], self.momentum[i][g][e]);
+                        put(b, w1_index(b, b.own0 + g, mt, r, c), m, v);
+                    }
                 }
             }
         }
@@ -79,10 +85,11 @@ fn put(b: &Block, k: usize, m: f32, v: f32) {
     }
 }
 
-/// Stores the fp16 value of W2's element (class `c`, unit `j`) in both of its layouts.
+/// Stores the fp16 value of W2's element (class `c`, unit `j` of the slice) in both of its
+/// layouts.
 #[inline(always)]
 pub fn set_w2_half(b: &Block, c: usize, j: usize, v: f32) {
-    st_shared_u16(b.w2_cu() + ((c * UNITS + j) * 2) as u32, f2h(v));
+    st_shared_u16(b.w2_cu() + ((c * b.units() + j) * 2) as u32, f2h(v));
     st_shared_u16(b.w2_uc() + ((j * MAX_CLASSES + c) * 2) as u32, f2h(v));
 }
 
@@ -91,18 +98,20 @@ pub fn set_w2_half(b: &Block, c: usize, j: usize, v: f32) {
 #[inline(always)]
 pub fn load_small(b: &Block) {
     let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
-    let (tid, cn, p) = (b.tid, b.classes, b.small());
-    if tid < MAX_CLASSES * UNITS {
-        let (c, j) = (tid / UNITS, tid % UNITS);
+    let (tid, cn, p, units) = (b.tid, b.classes, b.small(), b.units());
+    let mut i = tid;
+    while i < MAX_CLASSES * units {
+        let (c, j) = (i / units, i % units);
         let (mut m, mut v) = (0.0, 0.0);
         if c < cn {
             let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
             unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
         }
-        unsafe { (*p.w2_master.add(tid), *p.w2_momentum.add(tid)) = (m, v) };
+        unsafe { (*p.w2_master.add(i), *p.w2_momentum.add(i)) = (m, v) };
         set_w2_half(b, c, j, m);
+        i += THREADS;
     }
-    if tid < UNITS {
+    if tid < units {
         let k = (b.args.o_b1 + b.j0) as usize + tid;
         unsafe {
             *p.b1_master.add(tid) = *w32.add(k);
@@ -127,13 +136,15 @@ pub fn load_small(b: &Block) {
 /// W2's columns, b1's entries and (block 0) b2 out of the launch.
 #[inline(always)]
 pub fn store_small(b: &Block) {
-    let (tid, cn, p) = (b.tid, b.classes, b.small());
-    if tid < cn * UNITS {
-        let (c, j) = (tid / UNITS, tid % UNITS);
+    let (tid, cn, p, units) = (b.tid, b.classes, b.small(), b.units());
+    let mut i = tid;
+    while i < cn * units {
+        let (c, j) = (i / units, i % units);
         let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
-        unsafe { put(b, k, *p.w2_master.add(tid), *p.w2_momentum.add(tid)) };
+        unsafe { put(b, k, *p.w2_master.add(i), *p.w2_momentum.add(i)) };
+        i += THREADS;
     }
-    if tid < UNITS {
+    if tid < units {
         let k = (b.args.o_b1 + b.j0) as usize + tid;
         unsafe { put(b, k, *p.b1_master.add(tid), *p.b1_momentum.add(tid)) };
     }

@@ -12,7 +12,7 @@ use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
     CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PAIR,
-    Smem, THREADS, UNITS, clustered, logits_slot, row_stride,
+    Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride,
 };
 use std::sync::Arc;
 
@@ -76,6 +76,10 @@ pub enum Feed {
     /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
     /// step (`gpu::persistent::stream`).
     Streamed { stages: usize },
+    /// One buffer of half the batch, as `Single { parts: 2 }`, and wider slices of the hidden
+    /// units: `n` n-tiles of 8 a block (Hopper), so that a hidden layer too wide for slices of 8
+    /// still has all its blocks resident.
+    Wide { n: usize },
 }
 
 impl Feed {
@@ -85,6 +89,15 @@ impl Feed {
             Feed::Whole => Smem::whole(batch, dim, 2, PAIR),
             Feed::Single { parts } => Smem::whole(batch, dim, 1, parts),
             Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
+            Feed::Wide { n } => Smem::wide(batch, dim, n),
+        }
+    }
+
+    /// Hidden units a block.
+    pub fn units(self) -> usize {
+        match self {
+            Feed::Wide { n } => n * UNITS,
+            _ => UNITS,
         }
     }
 
@@ -110,8 +123,9 @@ impl Feed {
         }
     }
 
-    /// The feed's kernel, if the gpu crate has one (one buffer in 2 or 4 parts).
-    fn kernel(self, acc: Accum) -> Option<&'static str> {
+    /// The feed's kernel, if the gpu crate has one (one buffer in 2 or 4 parts; wide slices of
+    /// 2 or 4 n-tiles with fp16 accumulators).
+    pub fn kernel(self, acc: Accum) -> Option<&'static str> {
         use kernels::*;
         Some(match (self, acc) {
             (Feed::Whole, Accum::F16) => PERSISTENT_F16,
@@ -123,13 +137,16 @@ impl Feed {
             (Feed::Single { .. }, _) => return None,
             (Feed::Streamed { .. }, Accum::F16) => PERSISTENT_STREAMED_F16,
             (Feed::Streamed { .. }, Accum::F32) => PERSISTENT_STREAMED_F32,
+            (Feed::Wide { n: 2 }, Accum::F16) => PERSISTENT_WIDE2_F16,
+            (Feed::Wide { n: 4 }, Accum::F16) => PERSISTENT_WIDE4_F16,
+            (Feed::Wide { .. }, _) => return None,
         })
     }
 
-    /// Whether PTX of architecture `sm` runs this feed for a batch of `batch` × `dim` in `room`
-    /// bytes of shared memory a block: its kernel is there, its layout fits, and a ring has
-    /// `MIN_STAGES..=MAX_STAGES` stages, two on sm_75 (whose ring loads through registers, which
-    /// hold one chunk ahead).
+    /// Whether PTX of architecture `sm` runs this feed with fp16 accumulators for a batch of
+    /// `batch` × `dim` in `room` bytes of shared memory a block: its kernel is there, its
+    /// layout fits, and a ring has `MIN_STAGES..=MAX_STAGES` stages, two on sm_75 (whose ring
+    /// loads through registers, which hold one chunk ahead).
     pub fn runs_with(self, sm: u32, room: usize, batch: usize, dim: usize) -> bool {
         let stages_ok = match self {
             Feed::Streamed { stages } if sm < 80 => stages == MIN_STAGES,
@@ -154,18 +171,25 @@ impl Feed {
             Feed::Streamed { stages } => {
                 format!(", the batch streamed in {CHUNK}-input chunks through {stages} stages")
             }
+            Feed::Wide { n } => format!(
+                ", {} hidden units a block, one batch buffer refilled after dW1",
+                n * UNITS
+            ),
         }
     }
 }
 
 /// The feeds the host tries, fastest first: two whole-batch buffers, one of half the batch,
-/// of a quarter, then the ring with the most stages.
+/// of a quarter, slices of 16 and of 32 hidden units (which take fewer blocks), then the ring
+/// with the most stages.
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
     let singles = [2, 4].map(|parts| Feed::Single { parts });
+    let wide = WIDE.map(|n| Feed::Wide { n });
     let rings = (MIN_STAGES..=MAX_STAGES).rev();
     [Feed::Whole]
         .into_iter()
         .chain(singles)
+        .chain(wide)
         .chain(rings.map(|stages| Feed::Streamed { stages }))
 }
 
@@ -215,16 +239,17 @@ fn choose_feed(gpu: &Gpu, batch: usize, dim: usize, hidden: usize, acc: Accum) -
         resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
     };
     let limit = gpu.describe_smem_limit();
-    pick_feed((sm, room, &limit), (batch, dim, hidden), resident)
+    pick_feed((sm, room, &limit), (batch, dim, hidden, acc), resident)
 }
 
 /// The first of [`feeds_by_preference`] that PTX `sm` runs in `room` bytes of shared memory a
-/// block ([`Feed::runs_with`]) with every block resident at once (`resident(feed)` says how
-/// many can be), or why none does: the last feed's reason, the fewest blocks in the least
-/// room, or what the smallest layout needs beside `limit`, the GPU's words for its room.
+/// block ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide the hidden width,
+/// with every block resident at once (`resident(feed)` says how many can be), or why none
+/// does: the blocks of the feed that takes the fewest, or what the smallest layout needs beside
+/// `limit`, the GPU's words for its room.
 fn pick_feed(
     (sm, room, limit): (u32, usize, &str),
-    (batch, dim, hidden): (usize, usize, usize),
+    (batch, dim, hidden, acc): (usize, usize, usize, Accum),
     mut resident: impl FnMut(Feed) -> Result<usize>,
 ) -> Result<Support> {
     let least = feeds_by_preference()
@@ -237,15 +262,24 @@ fn pick_feed(
         least.smem(batch, dim).bytes,
         least.describe(),
     );
-    for feed in feeds_by_preference().filter(|f| f.runs_with(sm, room, batch, dim)) {
-        let (parts, blocks, resident) =
-            (feed.parts(), feed.parts() * hidden / UNITS, resident(feed)?);
+    let takes = |f: &Feed| {
+        f.runs_with(sm, room, batch, dim)
+            && f.kernel(acc).is_some()
+            && hidden.is_multiple_of(f.units())
+    };
+    let mut fewest = usize::MAX;
+    for feed in feeds_by_preference().filter(takes) {
+        let (parts, units) = (feed.parts(), feed.units());
+        let (blocks, resident) = (parts * hidden / units, resident(feed)?);
         if blocks <= resident {
             return Ok(Support::Yes(feed));
         }
-        why = format!(
-            "{blocks} blocks ({parts} per {UNITS} hidden units) must be resident at once, this GPU holds {resident}"
-        );
+        if blocks < fewest {
+            fewest = blocks;
+            why = format!(
+                "{blocks} blocks ({parts} per {units} hidden units) must be resident at once, this GPU holds {resident}"
+            );
+        }
     }
     Ok(Support::No(why))
 }
@@ -320,7 +354,12 @@ impl Persistent {
             gpu.describe_smem_limit()
         );
         let f = function(gpu, acc, feed, smem.bytes)?;
-        let slices = sizes[1] / UNITS;
+        ensure!(
+            sizes[1].is_multiple_of(feed.units()),
+            "{feed:?} takes hidden widths that are multiples of {}",
+            feed.units()
+        );
+        let slices = sizes[1] / feed.units();
         let blocks = feed.parts() * slices;
         let cluster = if feed.clustered(gpu.ptx.sm) {
             cluster_size(gpu, &f, smem.bytes, blocks)?
@@ -543,14 +582,22 @@ mod tests {
     }
 
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
-    /// each) streams instead, as does hidden 512 (256 blocks) on 132; where not even the
-    /// streamed kernel's blocks are all resident, or its stages do not fit, the reason says so.
+    /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper hidden 1024
+    /// takes slices of 16 units and 2048 of 32 (128 blocks each), with fp16 accumulators; where
+    /// not even the streamed kernel's blocks are all resident, or its stages do not fit, the
+    /// reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
-        let pick = |sm: u32, kib: usize, hidden: usize, sms: usize| {
+        let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {
             let one_each = |_: Feed| Ok(sms);
-            pick_feed((sm, kib * 1024, "capped"), (128, 784, hidden), one_each).unwrap()
+            pick_feed(
+                (sm, kib * 1024, "capped"),
+                (128, 784, hidden, acc),
+                one_each,
+            )
+            .unwrap()
         };
+        let pick = |sm, kib, hidden, sms| pick_with(sm, kib, hidden, sms, Accum::F16);
         assert_eq!(
             pick(80, 99, 128, 132),
             Support::Yes(Feed::Single { parts: 4 })
@@ -563,11 +610,26 @@ mod tests {
             pick(80, 99, 512, 132),
             Support::Yes(Feed::Streamed { stages: 4 })
         );
-        let Support::No(why) = pick(90, 227, 1024, 132) else {
+        assert_eq!(pick(90, 227, 512, 132), Support::Yes(Feed::Whole));
+        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 2 }));
+        assert_eq!(pick(90, 227, 1040, 132), Support::Yes(Feed::Wide { n: 2 }));
+        assert_eq!(pick(90, 227, 2048, 132), Support::Yes(Feed::Wide { n: 4 }));
+        // 1032 is no multiple of 16: the slices of 8 are too many, and no wider slice divides it.
+        let Support::No(why) = pick(90, 227, 1032, 132) else {
+            panic!("258 blocks taken on 132 SMs");
+        };
+        assert!(why.contains("258 blocks (2 per 8 hidden units)"), "{why}");
+        let Support::No(why) = pick(90, 227, 4096, 132) else {
             panic!("256 blocks taken on 132 SMs");
         };
-        assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
+        assert!(why.contains("256 blocks (2 per 32 hidden units)"), "{why}");
         assert!(why.ends_with("this GPU holds 132"), "{why}");
+        // No wide kernel has fp32 accumulators, nor sm_80 PTX.
+        let Support::No(why) = pick_with(90, 227, 1024, 132, Accum::F32) else {
+            panic!("a wide slice taken with fp32 accumulators");
+        };
+        assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
+        assert!(matches!(pick(80, 227, 1024, 132), Support::No(_)));
         let Support::No(why) = pick(80, 48, 128, 132) else {
             panic!("a 48 KiB block taken");
         };
