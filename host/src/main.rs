@@ -146,6 +146,10 @@ struct TrainFlags {
     /// where the persistent kernel applies (one hidden layer, batch ≤ 128, sm_80+).
     #[arg(long)]
     layered: bool,
+    /// Hidden units a block of the persistent kernel takes: 8, or 16 or 32 (Hopper, fp16
+    /// accumulators). By default the narrowest whose blocks are all resident at once.
+    #[arg(long, value_parser = parse_slice_units)]
+    slice_units: Option<usize>,
     /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.
     #[arg(long)]
     config: Option<String>,
@@ -223,6 +227,13 @@ fn parse_accum(s: &str) -> Result<Accum, String> {
         "f16" => Ok(Accum::F16),
         "f32" => Ok(Accum::F32),
         _ => Err(format!("accumulator must be f16 or f32, not {s:?}")),
+    }
+}
+
+fn parse_slice_units(s: &str) -> Result<usize, String> {
+    match s.parse() {
+        Ok(u @ (8 | 16 | 32)) => Ok(u),
+        _ => Err(format!("a block takes 8, 16 or 32 hidden units, not {s:?}")),
     }
 }
 
@@ -494,6 +505,7 @@ fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options
         accum: a.accum,
         graph: !a.no_graph,
         layered: a.layered,
+        slice_units: a.slice_units,
         config: a
             .config
             .as_ref()
@@ -632,6 +644,28 @@ mod tests {
             unreachable!()
         };
         assert_eq!(train_options(&a.train, &IRIS_DEFAULTS).unwrap().epochs, 7);
+    }
+
+    #[test]
+    fn slice_units_are_8_16_or_32() {
+        let units = |v: &str| {
+            let m = command().try_get_matches_from(["host", "mnist", "--slice-units", v])?;
+            let Command::Mnist(a) = Cli::from_arg_matches(&m).unwrap().command else {
+                unreachable!()
+            };
+            Ok::<_, clap::Error>(
+                train_options(&a.train, &MNIST_DEFAULTS)
+                    .unwrap()
+                    .slice_units,
+            )
+        };
+        for u in [8, 16, 32] {
+            assert_eq!(units(&u.to_string()).unwrap(), Some(u));
+        }
+        for bad in ["12", "64", "0", "x"] {
+            let e = units(bad).unwrap_err().to_string();
+            assert!(e.contains("8, 16 or 32 hidden units"), "{e}");
+        }
     }
 
     #[test]

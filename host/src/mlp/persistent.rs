@@ -202,6 +202,18 @@ pub fn support(
     steps: usize,
     acc: Accum,
 ) -> Result<Support> {
+    support_sliced(gpu, sizes, batch, steps, acc, None)
+}
+
+/// [`support`] with blocks of `units` hidden units ([`Feed::units`]) if given.
+pub fn support_sliced(
+    gpu: &Gpu,
+    sizes: &[usize],
+    batch: usize,
+    steps: usize,
+    acc: Accum,
+    units: Option<usize>,
+) -> Result<Support> {
     if sizes.len() != 3 {
         return Ok(Support::No(format!(
             "it trains one hidden layer, this model has {}",
@@ -224,14 +236,18 @@ pub fn support(
             shuffled >> 20
         )
     } else {
-        return choose_feed(gpu, batch, dim, hidden, acc);
+        return choose_feed(gpu, (batch, dim, hidden, acc), units);
     };
     Ok(Support::No(why))
 }
 
 /// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
-/// shared memory and occupancy).
-fn choose_feed(gpu: &Gpu, batch: usize, dim: usize, hidden: usize, acc: Accum) -> Result<Support> {
+/// shared memory and occupancy), in blocks of `units` hidden units if given.
+fn choose_feed(
+    gpu: &Gpu,
+    (batch, dim, hidden, acc): (usize, usize, usize, Accum),
+    units: Option<usize>,
+) -> Result<Support> {
     let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
     let resident = |feed: Feed| {
         let bytes = feed.smem(batch, dim).bytes;
@@ -239,15 +255,44 @@ fn choose_feed(gpu: &Gpu, batch: usize, dim: usize, hidden: usize, acc: Accum) -
         resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
     };
     let limit = gpu.describe_smem_limit();
-    pick_feed((sm, room, &limit), (batch, dim, hidden, acc), resident)
+    if let Some(u) = units {
+        let has = |f: &Feed| f.kernel(acc).is_some_and(|k| kernels::in_ptx_of(k, sm));
+        if !feeds_by_preference().any(|f| f.units() == u && has(&f)) {
+            let acc = acc.suffix();
+            let ptx = gpu.describe_ptx();
+            return Ok(Support::No(format!(
+                "no kernel of it takes {u} hidden units a block with {acc} accumulators on {ptx}"
+            )));
+        }
+        if !hidden.is_multiple_of(u) {
+            let why = format!("the hidden width {hidden} is not a multiple of --slice-units {u}");
+            return Ok(Support::No(why));
+        }
+    }
+    let feeds = feeds_by_preference().filter(|f| units.is_none_or(|u| f.units() == u));
+    pick_feed(
+        feeds,
+        (sm, room, &limit),
+        (batch, dim, hidden, acc),
+        resident,
+    )
 }
 
-/// The first of [`feeds_by_preference`] that PTX `sm` runs in `room` bytes of shared memory a
-/// block ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide the hidden width,
+/// Blocks at most for which a feed of wider slices is taken over one of more blocks: on an
+/// H200, hidden 512 in 64 blocks of 16 units trains 11% faster than in 128 of 8, and 1024 in
+/// 64 of 32 units 7% faster than in 128 of 16, but 256 in 32 blocks of 16 units 13% slower
+/// than in 64 of 8 (`docs/persistent.md`): the grid's meetings cost more than the wider slices
+/// down to about 64 blocks, and less below.
+const FEW_BLOCKS: usize = 64;
+
+/// The first of `feeds` (in [`feeds_by_preference`]'s order) with [`FEW_BLOCKS`] blocks or
+/// fewer, else the first, that PTX `sm` runs in `room` bytes of shared memory a block
+/// ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide the hidden width,
 /// with every block resident at once (`resident(feed)` says how many can be), or why none
 /// does: the blocks of the feed that takes the fewest, or what the smallest layout needs beside
 /// `limit`, the GPU's words for its room.
 fn pick_feed(
+    feeds: impl Iterator<Item = Feed>,
     (sm, room, limit): (u32, usize, &str),
     (batch, dim, hidden, acc): (usize, usize, usize, Accum),
     mut resident: impl FnMut(Feed) -> Result<usize>,
@@ -267,12 +312,16 @@ fn pick_feed(
             && f.kernel(acc).is_some()
             && hidden.is_multiple_of(f.units())
     };
-    let mut fewest = usize::MAX;
-    for feed in feeds_by_preference().filter(takes) {
+    let (mut fewest, mut fits) = (usize::MAX, None);
+    for feed in feeds.filter(takes) {
         let (parts, units) = (feed.parts(), feed.units());
         let (blocks, resident) = (parts * hidden / units, resident(feed)?);
-        if blocks <= resident {
+        if blocks <= resident && blocks <= FEW_BLOCKS {
             return Ok(Support::Yes(feed));
+        }
+        if blocks <= resident {
+            fits.get_or_insert(feed);
+            continue;
         }
         if blocks < fewest {
             fewest = blocks;
@@ -281,7 +330,7 @@ fn pick_feed(
             );
         }
     }
-    Ok(Support::No(why))
+    Ok(fits.map_or(Support::No(why), Support::Yes))
 }
 
 /// The kernel for accumulator `acc` and `feed`, allowed `smem` bytes of dynamic shared memory.
@@ -582,15 +631,16 @@ mod tests {
     }
 
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
-    /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper hidden 1024
-    /// takes slices of 16 units and 2048 of 32 (128 blocks each), with fp16 accumulators; where
-    /// not even the streamed kernel's blocks are all resident, or its stages do not fit, the
-    /// reason says so.
+    /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper, with fp16
+    /// accumulators, wider slices take hidden layers whose slices of 8 units would be more
+    /// blocks than fit or than [`FEW_BLOCKS`]; where not even the streamed kernel's blocks are
+    /// all resident, or its stages do not fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
         let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {
             let one_each = |_: Feed| Ok(sms);
             pick_feed(
+                feeds_by_preference(),
                 (sm, kib * 1024, "capped"),
                 (128, 784, hidden, acc),
                 one_each,
@@ -610,10 +660,17 @@ mod tests {
             pick(80, 99, 512, 132),
             Support::Yes(Feed::Streamed { stages: 4 })
         );
-        assert_eq!(pick(90, 227, 512, 132), Support::Yes(Feed::Whole));
-        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 2 }));
+        // Wider slices where they bring the blocks down to 64: 512 in 16-unit slices, 1024 in
+        // 32; 1040 and 2048 take the narrowest that fits, 256 stays at 64 blocks of 8 units.
+        assert_eq!(pick(90, 227, 256, 132), Support::Yes(Feed::Whole));
+        assert_eq!(pick(90, 227, 512, 132), Support::Yes(Feed::Wide { n: 2 }));
+        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 4 }));
         assert_eq!(pick(90, 227, 1040, 132), Support::Yes(Feed::Wide { n: 2 }));
         assert_eq!(pick(90, 227, 2048, 132), Support::Yes(Feed::Wide { n: 4 }));
+        assert_eq!(
+            pick_with(90, 227, 512, 132, Accum::F32),
+            Support::Yes(Feed::Whole)
+        );
         // 1032 is no multiple of 16: the slices of 8 are too many, and no wider slice divides it.
         let Support::No(why) = pick(90, 227, 1032, 132) else {
             panic!("258 blocks taken on 132 SMs");
@@ -624,6 +681,15 @@ mod tests {
         };
         assert!(why.contains("256 blocks (2 per 32 hidden units)"), "{why}");
         assert!(why.ends_with("this GPU holds 132"), "{why}");
+        // Slices of 32 units asked for at 512: 32 blocks.
+        let wide = feeds_by_preference().filter(|f| f.units() == 32);
+        let picked = pick_feed(
+            wide,
+            (90, 227 * 1024, ""),
+            (128, 784, 512, Accum::F16),
+            |_| Ok(132),
+        );
+        assert_eq!(picked.unwrap(), Support::Yes(Feed::Wide { n: 4 }));
         // No wide kernel has fp32 accumulators, nor sm_80 PTX.
         let Support::No(why) = pick_with(90, 227, 1024, 132, Accum::F32) else {
             panic!("a wide slice taken with fp32 accumulators");

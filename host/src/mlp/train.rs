@@ -31,6 +31,9 @@ pub struct Options {
     /// Train with the layered engine (a kernel per operation) even where the persistent kernel
     /// applies.
     pub layered: bool,
+    /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: the
+    /// narrowest whose blocks are all resident at once.
+    pub slice_units: Option<usize>,
     pub config: Option<Version>,
     pub metrics: Option<PathBuf>,
     pub save: Option<PathBuf>,
@@ -56,6 +59,7 @@ impl Default for Options {
             accum: Accum::F16,
             graph: true,
             layered: false,
+            slice_units: None,
             config: None,
             metrics: None,
             save: None,
@@ -233,7 +237,7 @@ impl Choice {
             return Ok(Choice::Layered(Some(why.into())));
         }
         Ok(
-            match persistent::support(gpu, sizes, o.batch, steps, o.accum)? {
+            match persistent::support_sliced(gpu, sizes, o.batch, steps, o.accum, o.slice_units)? {
                 Support::Yes(feed) => Choice::Persistent(feed),
                 Support::No(why) => Choice::Layered(Some(why)),
             },
