@@ -31,8 +31,8 @@ pub struct Options {
     /// Train with the layered engine (a kernel per operation) even where the persistent kernel
     /// applies.
     pub layered: bool,
-    /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: the
-    /// narrowest whose blocks are all resident at once.
+    /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: as
+    /// `persistent::support` chooses.
     pub slice_units: Option<usize>,
     pub config: Option<Version>,
     pub metrics: Option<PathBuf>,
