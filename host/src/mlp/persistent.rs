@@ -282,8 +282,8 @@ fn choose_feed(
 /// H200, hidden 512 in 64 blocks of 16 units trains 11% faster than in 128 of 8, and 1024 in
 /// 64 of 32 units 7% faster than in 128 of 16, but 256 in 32 blocks of 16 units 13% slower
 /// than in 64 of 8 (`docs/persistent.md`). A run's last epoch, beside which no shuffle of the
-/// next runs, takes as long either way at 512: what 128 blocks cost is the next epoch's
-/// shuffle, left with 4 of the 132 SMs.
+/// next runs, takes as long either way at 512: the difference appears to be the next epoch's
+/// shuffle, left with 4 of the 132 SMs by 128 blocks.
 const FEW_BLOCKS: usize = 64;
 
 /// The first of `feeds` (in [`feeds_by_preference`]'s order) with [`FEW_BLOCKS`] blocks or
