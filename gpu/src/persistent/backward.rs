@@ -120,12 +120,50 @@ pub fn output_grads<const T: usize, const N: usize>(b: &Block, out: &Outbox) {
     }
 }
 
+/// The warp's shares of dW1 of the n-tiles the partner updates, given to `send` as soon as they
+/// are done, and of those this block updates, returned (with a slice of one n-tile, which both
+/// blocks update, the same). Two n-tiles take one pass over the batch, each X fragment feeding
+/// both; four take two, the partner's first, since registers hold the accumulators of two
+/// n-tiles at a time beside the W1 state.
+#[inline(always)]
+pub fn dw1_shares<A: Acc, const STREAM: bool, const T: usize, const N: usize, const O: usize>(
+    b: &Block,
+    s: &Step,
+    ring: &mut Ring,
+    send: impl Fn(&[[A; O]; TILES_PER_WARP]),
+) -> [[A; O]; TILES_PER_WARP] {
+    if N == 2 {
+        // Plane `part` is this block's, the other the partner's: chosen by select, not by
+        // index, so the accumulators stay in registers.
+        let both = input_grads::<A, STREAM, T, 2>(b, s, ring, 0);
+        let plane = |i: usize, own: bool| {
+            if (b.part == 0) == own {
+                both[i][0]
+            } else {
+                both[i][1]
+            }
+        };
+        send(&core::array::from_fn(|i| {
+            core::array::from_fn(|_| plane(i, false))
+        }));
+        core::array::from_fn(|i| core::array::from_fn(|_| plane(i, true)))
+    } else {
+        let theirs = input_grads::<A, STREAM, T, O>(b, s, ring, b.peer0);
+        send(&theirs);
+        if N == 1 {
+            theirs
+        } else {
+            input_grads::<A, STREAM, T, O>(b, s, ring, b.own0)
+        }
+    }
+}
+
 /// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …` of the `O` n-tiles from `plane0`:
 /// `Xᵀ·dH` over the block's rows, from the batch in shared memory or (`STREAM`) from the
 /// ring. Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of
 /// the loop without the last, rather than computing a tile to discard.
 #[inline(always)]
-pub fn input_grads<A: Acc, const STREAM: bool, const T: usize, const O: usize>(
+fn input_grads<A: Acc, const STREAM: bool, const T: usize, const O: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,

@@ -312,15 +312,8 @@ mod kernel {
             let out = Outbox::new::<T>(&b);
             let db1 = backward::bias_share(&b, &out);
             backward::output_grads::<T, N>(&b, &out);
-            // The share of dW1 the partner updates goes first; with one n-tile a slice both
-            // blocks update it, and it is this block's own too.
-            let theirs = backward::input_grads::<A, STREAM, T, O>(&b, &s, &mut ring, b.peer0);
-            out.send_dw1(&b, &theirs, b.peer0);
-            let dw1 = if N == 1 {
-                theirs
-            } else {
-                backward::input_grads::<A, STREAM, T, O>(&b, &s, &mut ring, b.own0)
-            };
+            let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
+            let dw1 = backward::dw1_shares::<A, STREAM, T, N, O>(&b, &s, &mut ring, send);
             let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
                 #[cfg(target_feature = "sm_80")]
                 if !STREAM {
