@@ -76,8 +76,8 @@ impl Shape {
     }
 }
 
-/// Default sizes: squares 256…8192 and the MNIST MLP's GEMMs (batch 128, 784-128-10 and a
-/// wide 784-4096-10), forward and both backward products.
+/// Default sizes: squares 256…8192 and the MNIST MLP's GEMMs (batch 128, 784-128-10 and the
+/// wide 784-4096-10 and 784-8192-10), forward and both backward products.
 pub fn default_shapes() -> Vec<Shape> {
     let mut v = Vec::new();
     for s in [256, 512, 1024, 2048, 4096, 8192] {
@@ -88,7 +88,7 @@ pub fn default_shapes() -> Vec<Shape> {
             false,
         ));
     }
-    for (b, h) in [(128, 128), (128, 4096)] {
+    for (b, h) in [(128, 128), (128, 4096), (128, 8192)] {
         for (product, dims, layout, epilogue) in [
             ("fwd1", (b, h, 784), Layout::NT, true),
             ("fwd2", (b, 10, h), Layout::NT, false),
