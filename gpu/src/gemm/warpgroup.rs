@@ -283,8 +283,6 @@ fn consume<
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
     if plain(p) && copy_engine_reaches(p.c as u64, p.ldc as u64) {
         store_staged::<A, MI, BN, WG, STAGES>(ring, &acc, (row0, n0), (wg, lane), map_c);
-    } else if plain(p) && inside(p, (row0, n0), ((MI * WGMMA_M) as u32, BN as u32)) {
-        store_plain::<A, MI, BN>(p, &acc, (row0, n0), lane as usize);
     } else {
         for (mi, acc) in acc.iter().enumerate() {
             for j in 0..BN / 4 {
@@ -303,14 +301,6 @@ fn consume<
 fn plain(p: &Args) -> bool {
     let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
     plain && p.bias.is_null() && p.gate.is_null()
-}
-
-/// Whether the `rows` × `cols` block of C at `(i0, j0)` lies inside C and every pair of it
-/// starts 4-byte aligned.
-#[inline(always)]
-fn inside(p: &Args, (i0, j0): (u32, u32), (rows, cols): (u32, u32)) -> bool {
-    let aligned = p.ldc.is_multiple_of(2) && (p.c as usize).is_multiple_of(4);
-    aligned && i0 + rows <= p.m && j0 + cols <= p.n
 }
 
 /// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 into the
@@ -363,31 +353,6 @@ fn store_staged<
         }
         bulk_commit();
         bulk_wait_read::<0>();
-    }
-}
-
-/// Stores the warpgroup's accumulators at `(row0, n0)` of C as they are: one 4-byte store per
-/// pair, `lane` being the thread's index in its warpgroup. A thread's pairs lie on two rows,
-/// even pairs on the first and odd ones 8 rows below, 8 columns apart per two pairs, so every
-/// store is one of two row pointers and a constant offset, which keeps the registers of the
-/// fp32 accumulator rows within what 384 threads may have.
-#[inline(always)]
-fn store_plain<A: Accumulator, const MI: usize, const BN: usize>(
-    p: &Args,
-    acc: &[A; MI],
-    (row0, n0): (u32, u32),
-    lane: usize,
-) {
-    for (mi, acc) in acc.iter().enumerate() {
-        let row = |j| {
-            let (r, c) = accumulator_pair(lane, j);
-            let (i, j) = (row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32);
-            unsafe { p.c.add((i * p.ldc + j) as usize) as *mut u32 }
-        };
-        let rows = [row(0), row(1)];
-        for j in 0..BN / 4 {
-            unsafe { *rows[j % 2].add(4 * (j / 2)) = acc.packed(j) };
-        }
     }
 }
 
