@@ -302,26 +302,38 @@ pub fn workspace_len(v: Version, p: &Problem) -> usize {
     }
 }
 
-/// How many K slices to give an output too small to fill the GPU: enough blocks for about one
-/// per SM, each slice at least 4 K steps deep, at most 16 slices.
+/// How many K slices to give an output too small to fill the GPU: enough blocks for about two
+/// per SM, each slice at least 2 K steps deep, at most 32 slices.
 pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
     let tiles = m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let sms = gpu.sm_count() as usize;
     Ok(if 2 * tiles > sms {
         1
     } else {
-        (sms / tiles).min(k / (4 * c.block.2)).clamp(1, 16)
+        (2 * sms / tiles).min(k / (2 * c.block.2)).clamp(1, 32)
     })
 }
 
+/// The smallest tile a GEMM beside another kernel takes ([`choose_config`]).
+const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
+
 /// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
 /// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
-/// block; for small outputs, the one with the most blocks, and among equal ones the deepest K
-/// slice that K fills (fewer barriers; a short K pays for zero-filled depth instead).
+/// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
+/// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
+/// barriers; a short K pays for zero-filled depth instead).
+///
+/// `beside`: another kernel runs at the same time, on another stream. Then no tile under 64×64
+/// takes part: small tiles' many blocks spread over every SM and keep the other kernel's large
+/// blocks out, which measured slower although the GEMM alone ran faster (`docs/gemm.md`).
 ///
 /// The `wgmma` rungs are not among them: they run by name (`--config`), and the MLP's steps
 /// use `mma.sync` kernels.
-pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static TileConfig> {
+pub fn choose_config(
+    gpu: &Gpu,
+    (m, n, k): (usize, usize, usize),
+    beside: bool,
+) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
     let mma_sync = || {
@@ -330,11 +342,12 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static
             .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
     };
     let best_sm = mma_sync().map(|c| c.min_sm).max();
+    let area = |c: &TileConfig| c.block.0 * c.block.1;
     let usable: Vec<_> = mma_sync()
         .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
+        .filter(|c| !beside || area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1)
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
-    let area = |c: &TileConfig| c.block.0 * c.block.1;
     let depth = |c: &TileConfig| {
         let bk = c.block.2 as isize;
         if c.block.2 <= k { bk } else { -bk }
@@ -342,7 +355,7 @@ pub fn choose_config(gpu: &Gpu, m: usize, n: usize, k: usize) -> Result<&'static
     let filling = usable
         .iter()
         .filter(|c| tiles(c) >= sms)
-        .max_by_key(|c| area(c));
+        .max_by_key(|c| (area(c), depth(c).min(0)));
     filling
         .or_else(|| {
             usable

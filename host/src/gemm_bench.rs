@@ -312,7 +312,7 @@ fn shape_rows(
     }
 
     // What the host would pick for this shape, split-K included, when that splits.
-    let cfg = gemm::choose_config(gpu, m, n, k)?;
+    let cfg = gemm::choose_config(gpu, (m, n, k), false)?;
     let split = gemm::choose_split(gpu, cfg, m, n, k)?;
     if split > 1 {
         let v = Version::Tensor(cfg, Accum::F16);

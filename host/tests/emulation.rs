@@ -68,7 +68,12 @@ fn sm75_ptx_trains_mnist_on_the_streamed_persistent_kernel() {
     assert_eq!(g.ptx_choice(), "chosen with --ptx");
     let newer = |v: &Version| matches!(v, Version::Tensor(c, _) if c.min_sm > 75);
     assert!(!Version::all_for(&g).iter().any(newer));
-    assert_eq!(gemm::choose_config(&g, 128, 128, 784).unwrap().min_sm, 75);
+    assert_eq!(
+        gemm::choose_config(&g, (128, 128, 784), false)
+            .unwrap()
+            .min_sm,
+        75
+    );
     let ds = mnist();
     let first_line = header(&g, &one_epoch(), &ds).unwrap();
     for said in [
@@ -198,7 +203,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         );
     }
     for (m, n, k) in [(4096, 4096, 4096), (128, 128, 784), (128, 784, 128)] {
-        let c = gemm::choose_config(&g, m, n, k).unwrap();
+        let c = gemm::choose_config(&g, (m, n, k), false).unwrap();
         assert!(
             c.smem_bytes() <= KIB_64 && c.min_sm == 80,
             "{m}×{n}×{k}: {}",
@@ -210,7 +215,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         ..g.options.clone()
     };
     let full = Gpu::with_options(0, &uncapped).unwrap();
-    let c = gemm::choose_config(&full, 4096, 4096, 4096).unwrap();
+    let c = gemm::choose_config(&full, (4096, 4096, 4096), false).unwrap();
     assert!(c.smem_bytes() > KIB_64, "uncapped, 4096³ takes {}", c.name);
 }
 

@@ -406,23 +406,57 @@ fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
     }
 }
 
+/// Tiles under 64×64 give a small output more blocks, but a GEMM beside another kernel takes
+/// none of them.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gemms_beside_another_kernel_take_no_small_tiles() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let sms = g.sm_count() as usize;
+    let area = |shape, beside| {
+        let c = gemm::choose_config(&g, shape, beside).unwrap();
+        c.block.0 * c.block.1
+    };
+    // Four 64×64 tiles; 64×64 tiles for all but four SMs, which 32×32 ones fill.
+    for shape in [(64, 256, 128), (64, 64 * (sms - 4), 128)] {
+        assert!(area(shape, false) < 64 * 64, "{shape:?}");
+        assert!(area(shape, true) >= 64 * 64, "{shape:?}");
+    }
+}
+
 /// For a small output the host picks the tile with the most blocks, and among rows of that
-/// tile the deepest K slice that K fills, or the shallowest when K fills none.
+/// tile the deepest K slice that K fills, or the shallowest when K fills none; for an output
+/// that fills the GPU, the largest tile, and a K slice that K fills where one does.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn automatic_choice_fits_the_k_slice_to_k() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    for k in [10, 40, 784] {
-        let c = gemm::choose_config(&g, 128, 128, k).unwrap();
-        let depths: Vec<usize> = gpu::gemm::TILE_CONFIGS
+    let depths = |c: &gpu::gemm::TileConfig| -> Vec<usize> {
+        gpu::gemm::TILE_CONFIGS
             .iter()
             .filter(|r| (r.block.0, r.block.1, r.min_sm) == (c.block.0, c.block.1, c.min_sm))
             .map(|r| r.block.2)
-            .collect();
+            .collect()
+    };
+    for k in [10, 40, 784] {
+        let c = gemm::choose_config(&g, (128, 128, k), false).unwrap();
+        let depths = depths(c);
         let fitting = depths.iter().copied().filter(|&bk| bk <= k).max();
         let want = fitting.unwrap_or_else(|| *depths.iter().min().unwrap());
         assert_eq!(
             c.block.2, want,
+            "K={k}: chose {} among depths {depths:?}",
+            c.name
+        );
+    }
+    // One 64×64 tile per SM (sm_80 and later PTX has rows of it 32 and 64 deep).
+    let rows = 64 * g.sm_count() as usize;
+    for k in [10, 40, 784] {
+        let c = gemm::choose_config(&g, (rows, 64, k), false).unwrap();
+        let depths = depths(c);
+        let shallowest = *depths.iter().min().unwrap();
+        assert!(
+            c.block.2 <= k || c.block.2 == shallowest,
             "K={k}: chose {} among depths {depths:?}",
             c.name
         );

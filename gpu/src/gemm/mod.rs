@@ -180,6 +180,8 @@ macro_rules! tile_configs {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
             (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, 75),
             (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, 75),
+            // Small tiles, for outputs of a few 64×64 tiles: four times the blocks.
+            (tc75_32x32x32_16x16, 32, 32, 32, 16, 16, 16, 8, 8, 2, 1, 75),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
             (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, 80),
             (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, 80),
@@ -188,6 +190,9 @@ macro_rules! tile_configs {
             (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, 80),
             (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, 80),
             (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, 80),
+            // Small tiles, as on Turing.
+            (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, 80),
+            (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, 80),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
             (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
             (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, 90),

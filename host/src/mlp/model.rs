@@ -190,14 +190,15 @@ impl<'g> Mlp<'g> {
         if let Some(v) = config {
             v.ensure_runs_on(gpu)?;
         }
-        let plan = |(m, n, k): (usize, usize, usize)| -> Result<Plan> {
+        // `beside`: whether the GEMM runs beside the rest of the backward pass.
+        let plan = |(m, n, k): (usize, usize, usize), beside: bool| -> Result<Plan> {
             Ok(match config {
                 Some(version) => Plan {
                     version,
                     split_k: 1,
                 },
                 None => {
-                    let c = gemm::choose_config(gpu, m, n, k)?;
+                    let c = gemm::choose_config(gpu, (m, n, k), beside)?;
                     Plan {
                         version: Version::Tensor(c, acc),
                         split_k: gemm::choose_split(gpu, c, m, n, k)?,
@@ -212,13 +213,18 @@ impl<'g> Mlp<'g> {
         for (slot, r) in [train_rows, eval_rows].into_iter().enumerate() {
             for (l, w) in sizes.windows(2).enumerate() {
                 let shapes = layer_shapes(r, w[0], w[1]);
-                let p = [plan(shapes[0])?, plan(shapes[1])?, plan(shapes[2])?];
+                let beside = slot == 0 && weight_gradient_beside(l);
+                let p = [
+                    plan(shapes[0], false)?,
+                    plan(shapes[1], beside)?,
+                    plan(shapes[2], false)?,
+                ];
                 for (which, (q, &(m, n, k))) in p.iter().zip(&shapes).enumerate() {
                     let prob = Problem {
                         split_k: q.split_k,
                         ..Problem::new(m, n, k, Layout::NN)
                     };
-                    let on = usize::from(slot == 0 && which == 1 && weight_gradient_beside(l));
+                    let on = usize::from(which == 1 && beside);
                     ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
                 }
                 plans[slot].push(p);
