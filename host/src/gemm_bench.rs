@@ -181,10 +181,10 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
 
 /// Runs the table, timing each row for about `budget_ms`. `versions` empty means every version
 /// the GPU runs; SIMT versions skip squares above `simt_max` (they would take minutes and teach
-/// nothing more).
+/// nothing more). Every `mma.sync` version also runs with K split over each of `splits`.
 pub fn run(
     gpu: &Gpu,
-    versions: &[Version],
+    (versions, splits): (&[Version], &[usize]),
     shapes: &[Shape],
     simt_max: usize,
     budget_ms: f64,
@@ -199,6 +199,7 @@ pub fn run(
         },
         simt_max,
         budget_ms,
+        splits: splits.to_vec(),
     };
     let mut rng = StdRng::seed_from_u64(7);
     let mut rows = Vec::new();
@@ -219,6 +220,8 @@ struct Bench {
     versions: Vec<Version>,
     simt_max: usize,
     budget_ms: f64,
+    /// K splits each `mma.sync` version also runs with.
+    splits: Vec<usize>,
 }
 
 /// The rows of one shape: cuBLAS, every version, and the host's own choice where it splits K.
@@ -299,6 +302,21 @@ fn shape_rows(
         rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
     }
 
+    // `v` with K split over `split` slices (tensor-core `mma.sync` versions only): the row's
+    // name, time and check.
+    let split_run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
+        let sp = Problem {
+            split_k: split,
+            ..p
+        };
+        let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
+        let ptrs = Ptrs {
+            ws: dptr(&ws, s),
+            ..ptrs
+        };
+        let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &sp, ptrs))?;
+        Ok((format!("{}_splitk{split}", v.label()), ms, c))
+    };
     for &v in &bench.versions {
         if matches!(v, Version::Simt(_)) && m.max(n).max(k) > bench.simt_max {
             continue;
@@ -309,32 +327,20 @@ fn shape_rows(
         }
         let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
         rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
+        if matches!(v, Version::Tensor(c, _) if !c.is_wgmma()) {
+            for &split in &bench.splits {
+                let (name, ms, c) = split_run(v, split)?;
+                rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+            }
+        }
     }
 
     // What the host would pick for this shape, split-K included, when that splits.
     let cfg = gemm::choose_config(gpu, (m, n, k), false)?;
     let split = gemm::choose_split(gpu, cfg, m, n, k)?;
     if split > 1 {
-        let v = Version::Tensor(cfg, Accum::F16);
-        let sp = Problem {
-            split_k: split,
-            ..p
-        };
-        let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
-        let ptrs = Ptrs {
-            ws: dptr(&ws, s),
-            ..ptrs
-        };
-        let (ms, c) = measure(Accum::F16, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
-        rows.push(row(
-            out,
-            format!("{}_splitk{split}", v.label()),
-            label,
-            &p,
-            ms,
-            cublas_ms,
-            &c,
-        )?);
+        let (name, ms, c) = split_run(Version::Tensor(cfg, Accum::F16), split)?;
+        rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
     }
     Ok(())
 }

@@ -211,6 +211,10 @@ struct GemmArgs {
     /// Default: all the default shapes.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<String>,
+    /// Also run every tensor-core `mma.sync` version with K split over each of these numbers
+    /// of slices (comma-separated), summed by the split-K reduction.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(2..=1024))]
+    split_k: Vec<u32>,
     /// Largest dimension the SIMT versions run at.
     #[arg(long, default_value_t = 2048)]
     simt_max: usize,
@@ -312,9 +316,10 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
     );
     let budget = f64::from(a.time_ms);
     gemm_bench::roof(gpu, budget, &mut std::io::stdout())?;
+    let splits: Vec<usize> = a.split_k.iter().map(|&s| s as usize).collect();
     let rows = gemm_bench::run(
         gpu,
-        &versions,
+        (&versions, &splits),
         &shapes,
         a.simt_max,
         budget,
