@@ -122,7 +122,7 @@ impl Version {
 }
 
 /// `C = act(alpha·op(A)·op(B) + beta·C + bias)`, all row-major fp16 (see `gpu::gemm`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Problem {
     pub m: usize,
     pub n: usize,
@@ -568,9 +568,12 @@ fn launch_warpgroup(
 }
 
 /// Why version `v` cannot run `p` on these buffers, where it cannot for a reason of the
-/// operands alone: the `wgmma` rungs read them through the copy engine, which needs rows that
-/// start 16-byte aligned.
+/// operands alone: the `wgmma` rungs take no SGD step, and read the operands through the copy
+/// engine, which needs rows that start 16-byte aligned.
 pub fn refuses(v: Version, p: &Problem, ptrs: Ptrs) -> Option<String> {
+    if let Err(why) = sgd_of(v, p, ptrs) {
+        return Some(why.to_string());
+    }
     let Version::Tensor(c, _) = v else {
         return None;
     };
@@ -836,7 +839,7 @@ pub fn check(
         failures: 0,
         first_failure: None,
     };
-    let mut visit = |i: usize, j: usize| {
+    let visit = |i: usize, j: usize| {
         let (want, mag) = reference_at(p, a, b, e, i, j);
         let g = got[i * p.ldc + j].to_f64();
         let err = (g - want).abs();
@@ -851,11 +854,20 @@ pub fn check(
             out.max_err = f64::INFINITY;
         }
     };
+    visit_elements(p, samples, visit);
+    out
+}
+
+/// Calls `visit` on each of `samples`, or on every element of C.
+fn visit_elements(
+    p: &Problem,
+    samples: Option<&[(usize, usize)]>,
+    mut visit: impl FnMut(usize, usize),
+) {
     match samples {
         Some(s) => s.iter().for_each(|&(i, j)| visit(i, j)),
         None => (0..p.m).for_each(|i| (0..p.n).for_each(|j| visit(i, j))),
     }
-    out
 }
 
 /// The fp32 master weights and velocity of an SGD-epilogue GEMM, laid out as C.
@@ -865,18 +877,19 @@ pub struct Weights<'a> {
     pub velocity: &'a [f32],
 }
 
-/// Compares an SGD-epilogue GEMM's results (`after`, and C as `got`) with the reference over
-/// every element: the gradient the step took, recovered from the velocity as `v₁ − momentum·v₀`,
-/// within the product's tolerance; the master weight moved by exactly `−lr·v₁`; C its fp16 copy.
-/// `max_err` is the gradient's; a failure's values are the gradient taken and the reference's.
+/// Compares an SGD-epilogue GEMM's results (`after`, and C as `got`) with the reference at
+/// `samples` or every element: the gradient the step took, recovered from the velocity as
+/// `v₁ − momentum·v₀`, within the product's tolerance; the master weight moved by exactly
+/// `−lr·v₁`; C its fp16 copy. `max_err` is the gradient's; a failure's values are the gradient
+/// taken and the reference's.
 pub fn check_sgd(
     p: &Problem,
     acc: Accum,
-    a: &[f16],
-    b: &[f16],
+    (a, b): (&[f16], &[f16]),
     before: Weights,
     after: Weights,
     got: &[f16],
+    samples: Option<&[(usize, usize)]>,
 ) -> Check {
     let step = p.sgd.expect("an SGD problem");
     let mut out = Check {
@@ -884,7 +897,7 @@ pub fn check_sgd(
         failures: 0,
         first_failure: None,
     };
-    for (i, j) in (0..p.m).flat_map(|i| (0..p.n).map(move |j| (i, j))) {
+    visit_elements(p, samples, |i, j| {
         let k = i * p.ldc + j;
         let (want, mag) = reference_at(p, a, b, EpilogueInputs::default(), i, j);
         let v1 = after.velocity[k];
@@ -902,7 +915,7 @@ pub fn check_sgd(
         out.max_err = out
             .max_err
             .max(if err.is_finite() { err } else { f64::INFINITY });
-    }
+    });
     out
 }
 
@@ -1073,7 +1086,7 @@ mod tests {
                 velocity: &v1,
             };
             let got = h(&[c.unwrap_or(w1[0])]);
-            check_sgd(&p, Accum::F32, &a, &b, before, after, &got).failures
+            check_sgd(&p, Accum::F32, (&a, &b), before, after, &got, None).failures
         };
         assert_eq!(run(11.0, 0.0, None), 0);
         assert_eq!(run(11.5, 0.0, None), 1, "a wrong gradient");

@@ -206,7 +206,7 @@ struct GemmArgs {
     #[arg(long, default_value = "f16", value_parser = parse_accum)]
     accum: Accum,
     /// Problem sizes as MxNxK (comma-separated; NN layout) or names of default shapes
-    /// (square256 … square8192; mlp128.fwd1, .fwd2, .dx2, .dw1; the same for mlp4096 and
+    /// (square256 … square8192; mlp128.fwd1, .fwd2, .dx2, .dw2, .dw1; the same for mlp4096 and
     /// mlp8192).
     /// Default: all the default shapes.
     #[arg(long, value_delimiter = ',')]

@@ -194,7 +194,7 @@ fn check_sgd(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
         velocity: &v1,
     };
     let got = g.download(&dc).unwrap();
-    let c = gemm::check_sgd(p, accum_of(v), &a, &b, before, after, &got);
+    let c = gemm::check_sgd(p, accum_of(v), (&a, &b), before, after, &got, None);
     assert_eq!(
         c.failures,
         0,

@@ -159,6 +159,20 @@ pub fn bias_grad(gpu: &Gpu, stream: &CudaStream, p: BiasGrad) -> Result<()> {
     Ok(())
 }
 
+/// Launches `sgd_update` with `p` on `stream`: one SGD step over `p.n` parameters from their
+/// fp16 gradients.
+pub fn sgd_update(gpu: &Gpu, stream: &CudaStream, p: SgdUpdate) -> Result<()> {
+    let f = gpu.function(kernels::SGD_UPDATE)?;
+    let mut b = stream.launch_builder(&f);
+    let n = p.n as usize;
+    let p = ParamBlock(p);
+    b.arg(&p);
+    // SAFETY: the kernel's one parameter is an `SgdUpdate`; the caller's buffers outlive the
+    // queued work.
+    unsafe { b.launch(grid_1d(n, 256)) }?;
+    Ok(())
+}
+
 impl<'g> Mlp<'g> {
     /// Carves from `arena` everything training steps of `train_rows` rows and forward passes of
     /// up to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config`
@@ -504,7 +518,7 @@ impl<'g> Mlp<'g> {
 
     /// One SGD step over every parameter from the gradients in `g16`, in one launch.
     pub fn update(&self, step: SgdStep) -> Result<()> {
-        let p = ParamBlock(SgdUpdate {
+        let p = SgdUpdate {
             w: self.w32.ptr,
             w16: self.w16.ptr,
             g: self.g16.ptr,
@@ -512,14 +526,8 @@ impl<'g> Mlp<'g> {
             n: self.n_params as u32,
             lr: step.lr,
             momentum: step.momentum,
-        });
-        let f = self.gpu.function(kernels::SGD_UPDATE)?;
-        let mut b = self.gpu.stream.launch_builder(&f);
-        b.arg(&p);
-        // SAFETY: the kernel's one parameter is an `SgdUpdate`; the buffers are the model's,
-        // carved from an arena that outlives the queued work.
-        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
-        Ok(())
+        };
+        sgd_update(self.gpu, &self.gpu.stream, p)
     }
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss

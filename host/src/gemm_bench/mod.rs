@@ -1,10 +1,16 @@
 //! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
+mod operands;
+mod shapes;
+
+pub use shapes::{Epilogue, Shape, default_shapes};
+
 use crate::cuda::{Gpu, dptr};
-use crate::gemm::{self, Check, Cublas, EpilogueInputs, Problem, Ptrs, Version, accum_of};
-use anyhow::{Context, Result, anyhow, bail, ensure};
+use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
+use anyhow::{Context, Result, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use gpu::gemm::{Accum, Layout, ROOF_CHAINS};
+use gpu::gemm::{Accum, ROOF_CHAINS};
 use half::f16;
+use operands::Operands;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::io::Write;
 
@@ -20,86 +26,6 @@ pub struct Row {
     pub vs_cublas: f64,
     pub max_err: f64,
     pub ok: bool,
-}
-
-/// One problem of the table: its name, M×N×K, operand layout, and whether the bias-and-ReLU
-/// epilogue runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Shape {
-    pub name: String,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub layout: Layout,
-    pub epilogue: bool,
-}
-
-impl Shape {
-    fn new(
-        name: String,
-        (m, n, k): (usize, usize, usize),
-        layout: Layout,
-        epilogue: bool,
-    ) -> Shape {
-        Shape {
-            name,
-            m,
-            n,
-            k,
-            layout,
-            epilogue,
-        }
-    }
-
-    /// A default shape by name, or `MxNxK` (NN layout, no epilogue).
-    pub fn parse(s: &str) -> Result<Shape> {
-        if let Some(shape) = default_shapes().into_iter().find(|d| d.name == s) {
-            return Ok(shape);
-        }
-        let d: Vec<usize> = s
-            .split('x')
-            .map(|x| x.trim().parse())
-            .collect::<Result<_, _>>()
-            .map_err(|_| {
-                anyhow!(
-                    "size {s:?} is not MxNxK nor a default shape's name (see `host gemm --help`)"
-                )
-            })?;
-        match d[..] {
-            [m, n, k] if m > 0 && n > 0 && k > 0 => {
-                Ok(Shape::new(s.to_string(), (m, n, k), Layout::NN, false))
-            }
-            _ => bail!(
-                "size {s:?} is not MxNxK with positive dimensions, nor a default shape's name"
-            ),
-        }
-    }
-}
-
-/// Default sizes: squares 256…8192 and the MNIST MLP's GEMMs (batch 128, 784-128-10 and the
-/// wide 784-4096-10 and 784-8192-10), forward and both backward products.
-pub fn default_shapes() -> Vec<Shape> {
-    let mut v = Vec::new();
-    for s in [256, 512, 1024, 2048, 4096, 8192] {
-        v.push(Shape::new(
-            format!("square{s}"),
-            (s, s, s),
-            Layout::NN,
-            false,
-        ));
-    }
-    for (b, h) in [(128, 128), (128, 4096), (128, 8192)] {
-        for (product, dims, layout, epilogue) in [
-            ("fwd1", (b, h, 784), Layout::NT, true),
-            ("fwd2", (b, 10, h), Layout::NT, false),
-            ("dx2", (b, h, 10), Layout::NN, false),
-            ("dw1", (h, 784, b), Layout::TN, false),
-        ] {
-            let name = format!("mlp{h}.{product}");
-            v.push(Shape::new(name, dims, layout, epilogue));
-        }
-    }
-    v
 }
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
@@ -233,72 +159,32 @@ fn shape_rows(
     out: &mut dyn Write,
     rows: &mut Vec<Row>,
 ) -> Result<()> {
-    let &Shape {
-        name: ref label,
-        m,
-        n,
-        k,
-        layout,
-        epilogue,
-    } = shape;
-    let mut p = Problem::new(m, n, k, layout);
-    p.relu = epilogue;
-    let a = random(p.a_len(), rng);
-    let b = random(p.b_len(), rng);
-    let bias = random(n, rng);
-    let (da, db, dbias) = (gpu.upload(&a)?, gpu.upload(&b)?, gpu.upload(&bias)?);
-    let dc = gpu.zeros::<f16>(p.c_len())?;
-    let s = &gpu.stream;
-    let ptrs = Ptrs {
-        a: dptr(&da, s),
-        b: dptr(&db, s),
-        c: dptr(&dc, s),
-        bias: if epilogue { dptr(&dbias, s) } else { 0 },
-        ..Ptrs::default()
-    };
-    let inputs = EpilogueInputs {
-        bias: epilogue.then_some(&bias[..]),
-        ..EpilogueInputs::default()
-    };
-    let samples: Option<Vec<(usize, usize)>> = (m * n * k > 1 << 27).then(|| {
-        (0..512)
-            .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
-            .collect()
-    });
-
-    // Times `f`, then checks what it left in C, which is poisoned with NaN (all-ones fp16)
-    // first so that an element the kernel never writes cannot pass.
-    let c_bytes = dc.num_bytes();
-    let measure = |acc: Accum, f: &mut dyn FnMut() -> Result<()>| -> Result<(f64, Check)> {
-        unsafe {
-            cudarc::driver::result::memset_d8_async(ptrs.c, 0xff, c_bytes, gpu.stream.cu_stream())
-        }?;
-        let ms = time_ms(gpu, bench.budget_ms, f)?;
-        let got = gpu.download(&dc)?;
-        Ok((
-            ms,
-            gemm::check(&p, acc, &a, &b, inputs, &got, samples.as_deref()),
-        ))
+    let label = &shape.name;
+    let ops = Operands::new(gpu, shape, rng)?;
+    let (p, ptrs) = (ops.p, ops.ptrs(gpu));
+    // Checks what one call of `f` leaves (`gated`: whether it applied the gate), then times it.
+    let measure = |acc: Accum, gated: bool, f: &mut dyn FnMut() -> Result<()>| {
+        ops.reset(gpu)?;
+        f()?;
+        let c = ops.check(gpu, acc, gated)?;
+        Ok::<_, anyhow::Error>((time_ms(gpu, bench.budget_ms, f)?, c))
     };
 
     // cuBLAS with fp16 and with fp32 compute, plus the separate epilogue if any.
     let mut cublas_ms = f64::NAN;
     for compute in [Accum::F16, Accum::F32] {
-        let (ms, c) = measure(compute, &mut || {
-            bench.blas.gemm(&p, ptrs, compute)?;
-            if epilogue {
-                gemm::launch_bias_act(gpu, &p, ptrs.c, ptrs.bias)?;
-            }
-            Ok(())
+        let (ms, c) = measure(compute, false, &mut || {
+            ops.cublas(gpu, &bench.blas, compute)
         })?;
         if compute == Accum::F16 {
             cublas_ms = ms;
         }
-        let name = format!(
-            "cublas_{}{}",
-            compute.suffix(),
-            if epilogue { "+bias_relu" } else { "" }
-        );
+        let then = match shape.epilogue {
+            Epilogue::BiasRelu => "+bias_relu",
+            Epilogue::Step => "+sgd_update",
+            Epilogue::None | Epilogue::Gate => "",
+        };
+        let name = format!("cublas_{}{then}", compute.suffix());
         rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
     }
 
@@ -311,21 +197,21 @@ fn shape_rows(
         };
         let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
         let ptrs = Ptrs {
-            ws: dptr(&ws, s),
+            ws: dptr(&ws, &gpu.stream),
             ..ptrs
         };
-        let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &sp, ptrs))?;
+        let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
         Ok((format!("{}_splitk{split}", v.label()), ms, c))
     };
     for &v in &bench.versions {
-        if matches!(v, Version::Simt(_)) && m.max(n).max(k) > bench.simt_max {
+        if matches!(v, Version::Simt(_)) && p.m.max(p.n).max(p.k) > bench.simt_max {
             continue;
         }
         if let Some(why) = gemm::refuses(v, &p, ptrs) {
             writeln!(out, "# {} on {label}: skipped, {why}", v.label())?;
             continue;
         }
-        let (ms, c) = measure(accum_of(v), &mut || gemm::launch(gpu, v, &p, ptrs))?;
+        let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &p, ptrs))?;
         rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
         if matches!(v, Version::Tensor(c, _) if !c.is_wgmma()) {
             for &split in &bench.splits {
@@ -335,9 +221,9 @@ fn shape_rows(
         }
     }
 
-    // What the host would pick for this shape, split-K included, when that splits.
-    let cfg = gemm::choose_config(gpu, (m, n, k), false)?;
-    let split = gemm::choose_split(gpu, cfg, m, n, k)?;
+    // What the host would pick for this shape alone, split-K included, when that splits.
+    let cfg = gemm::choose_config(gpu, (p.m, p.n, p.k), false)?;
+    let split = gemm::choose_split(gpu, cfg, p.m, p.n, p.k)?;
     if split > 1 {
         let (name, ms, c) = split_run(Version::Tensor(cfg, Accum::F16), split)?;
         rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
@@ -409,28 +295,4 @@ pub fn ensure_correct(rows: &[Row]) -> Result<()> {
         wrong.join(", ")
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shapes_parse_from_names_and_dimensions() {
-        let fwd = Shape::parse("mlp128.fwd1").unwrap();
-        assert_eq!(
-            (fwd.m, fwd.n, fwd.k, fwd.layout),
-            (128, 128, 784, Layout::NT)
-        );
-        assert!(fwd.epilogue);
-        let s = Shape::parse("64x32x16").unwrap();
-        assert_eq!(
-            s,
-            Shape::new("64x32x16".into(), (64, 32, 16), Layout::NN, false)
-        );
-        for bad in ["64x32", "64x0x16", "big", "1x2x3x4"] {
-            let e = Shape::parse(bad).unwrap_err().to_string();
-            assert!(e.contains(&format!("{bad:?}")), "{e}");
-        }
-    }
 }
