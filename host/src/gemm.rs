@@ -10,7 +10,8 @@ use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps, copy_engine_reaches};
 use gpu::gemm::{
-    Accum, Layout, RB_K, RB_THREADS, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
+    Accum, Layout, RB_K, RB_THREADS, RB_TILE, SGD_DEEP, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS,
+    TileConfig,
 };
 use half::f16;
 
@@ -317,22 +318,37 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// The smallest tile a GEMM beside another kernel takes ([`choose_config`]).
 const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 
+/// How a GEMM runs, besides its dimensions, where that changes the configuration the host
+/// picks for it ([`choose_config`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    /// Another kernel runs at the same time, on another stream.
+    pub beside: bool,
+    /// The epilogue takes an SGD step ([`Problem::sgd`]).
+    pub steps: bool,
+}
+
 /// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
 /// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
 /// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
 /// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
 /// barriers; a short K pays for zero-filled depth instead).
 ///
-/// `beside`: another kernel runs at the same time, on another stream. Then no tile under 64×64
-/// takes part: small tiles' many blocks spread over every SM and keep the other kernel's large
-/// blocks out, which measured slower although the GEMM alone ran faster (`docs/gemm.md`).
+/// `usage.beside`: another kernel runs at the same time, on another stream. Then no tile under
+/// 64×64 takes part: small tiles' many blocks spread over every SM and keep the other kernel's
+/// large blocks out, which measured slower although the GEMM alone ran faster (`docs/gemm.md`).
+///
+/// `usage.steps`: the epilogue takes an SGD step. Then only tiles whose threads keep
+/// [`SGD_DEEP`] quads of master weights and velocity in flight take part: at a short K those 16
+/// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
+/// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
 /// The `wgmma` rungs are not among them: they run by name (`--config`), and the MLP's steps
 /// use `mma.sync` kernels.
 pub fn choose_config(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),
-    beside: bool,
+    usage: Usage,
 ) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
@@ -345,7 +361,8 @@ pub fn choose_config(
     let area = |c: &TileConfig| c.block.0 * c.block.1;
     let usable: Vec<_> = mma_sync()
         .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
-        .filter(|c| !beside || area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1)
+        .filter(|c| !usage.beside || area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1)
+        .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
         .collect();
     let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let depth = |c: &TileConfig| {

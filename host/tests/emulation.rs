@@ -5,7 +5,7 @@ mod common;
 use common::{mnist, one_epoch};
 use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 use host::cuda::{Gpu, GpuOptions, ModuleForm};
-use host::gemm::{self, Problem, Ptrs, Version};
+use host::gemm::{self, Problem, Ptrs, Usage, Version};
 use host::mlp::persistent::{self, Feed, Support};
 use host::mlp::{Options, header, train};
 use host::ptx::Arch;
@@ -69,7 +69,7 @@ fn sm75_ptx_trains_mnist_on_the_streamed_persistent_kernel() {
     let newer = |v: &Version| matches!(v, Version::Tensor(c, _) if c.min_sm > 75);
     assert!(!Version::all_for(&g).iter().any(newer));
     assert_eq!(
-        gemm::choose_config(&g, (128, 128, 784), false)
+        gemm::choose_config(&g, (128, 128, 784), Usage::default())
             .unwrap()
             .min_sm,
         75
@@ -203,7 +203,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         );
     }
     for (m, n, k) in [(4096, 4096, 4096), (128, 128, 784), (128, 784, 128)] {
-        let c = gemm::choose_config(&g, (m, n, k), false).unwrap();
+        let c = gemm::choose_config(&g, (m, n, k), Usage::default()).unwrap();
         assert!(
             c.smem_bytes() <= KIB_64 && c.min_sm == 80,
             "{m}×{n}×{k}: {}",
@@ -215,7 +215,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         ..g.options.clone()
     };
     let full = Gpu::with_options(0, &uncapped).unwrap();
-    let c = gemm::choose_config(&full, (4096, 4096, 4096), false).unwrap();
+    let c = gemm::choose_config(&full, (4096, 4096, 4096), Usage::default()).unwrap();
     assert!(c.smem_bytes() > KIB_64, "uncapped, 4096³ takes {}", c.name);
 }
 

@@ -1,9 +1,9 @@
 //! Every GEMM version × configuration × layout against the CPU reference, on shapes that are
 //! not multiples of any tile, with every epilogue option (GPU tests).
-use gpu::gemm::Layout;
+use gpu::gemm::{Layout, SGD_DEEP, SGD_SHALLOW};
 use half::f16;
 use host::cuda::{Gpu, dptr};
-use host::gemm::{self, EpilogueInputs, Problem, Ptrs, SgdStep, Version, Weights, accum_of};
+use host::gemm::{self, EpilogueInputs, Problem, Ptrs, SgdStep, Usage, Version, Weights, accum_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const SHAPES: [(usize, usize, usize); 6] = [
@@ -414,13 +414,42 @@ fn gemms_beside_another_kernel_take_no_small_tiles() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let sms = g.sm_count() as usize;
     let area = |shape, beside| {
-        let c = gemm::choose_config(&g, shape, beside).unwrap();
+        let usage = Usage {
+            beside,
+            ..Usage::default()
+        };
+        let c = gemm::choose_config(&g, shape, usage).unwrap();
         c.block.0 * c.block.1
     };
     // Four 64×64 tiles; 64×64 tiles for all but four SMs, which 32×32 ones fill.
     for shape in [(64, 256, 128), (64, 64 * (sms - 4), 128)] {
         assert!(area(shape, false) < 64 * 64, "{shape:?}");
         assert!(area(shape, true) >= 64 * 64, "{shape:?}");
+    }
+}
+
+/// A GEMM that takes an SGD step runs on a tile whose threads keep the deep epilogue's quads in
+/// flight, where the largest tile that fills the GPU has the shallow one (hidden 8192's dW1).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn stepping_gemms_take_tiles_with_the_deep_epilogue() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let steps = Usage {
+        steps: true,
+        ..Usage::default()
+    };
+    for shape in [
+        (8192, 784, 128),
+        (4096, 784, 128),
+        (10, 8192, 128),
+        (128, 784, 128),
+    ] {
+        let c = gemm::choose_config(&g, shape, steps).unwrap();
+        assert_eq!(c.sgd_quads_in_flight(), SGD_DEEP, "{shape:?}: {}", c.name);
+    }
+    if g.ptx.sm >= 80 {
+        let plain = gemm::choose_config(&g, (8192, 784, 128), Usage::default()).unwrap();
+        assert_eq!(plain.sgd_quads_in_flight(), SGD_SHALLOW, "{}", plain.name);
     }
 }
 
@@ -439,7 +468,7 @@ fn automatic_choice_fits_the_k_slice_to_k() {
             .collect()
     };
     for k in [10, 40, 784] {
-        let c = gemm::choose_config(&g, (128, 128, k), false).unwrap();
+        let c = gemm::choose_config(&g, (128, 128, k), Usage::default()).unwrap();
         let depths = depths(c);
         let fitting = depths.iter().copied().filter(|&bk| bk <= k).max();
         let want = fitting.unwrap_or_else(|| *depths.iter().min().unwrap());
@@ -452,7 +481,7 @@ fn automatic_choice_fits_the_k_slice_to_k() {
     // One 64×64 tile per SM (sm_80 and later PTX has rows of it 32 and 64 deep).
     let rows = 64 * g.sm_count() as usize;
     for k in [10, 40, 784] {
-        let c = gemm::choose_config(&g, (rows, 64, k), false).unwrap();
+        let c = gemm::choose_config(&g, (rows, 64, k), Usage::default()).unwrap();
         let depths = depths(c);
         let shallowest = *depths.iter().min().unwrap();
         assert!(

@@ -34,6 +34,22 @@ pub mod descriptor;
 /// memory: 16 bytes, which puts the 8 rows one fragment store writes in distinct banks.
 pub const STAGED_PAD: usize = 8;
 
+/// Quads (four columns) of master weights and velocity each thread of a stepping tile has in
+/// flight, for a warp tile of `fragments` accumulator fragments: their loads all issue before
+/// the first store, which the compiler must assume could overwrite them. [`SGD_DEEP`] up to 8
+/// fragments (32×32): all of a 64×64 tile's quads at 128 threads, enough bytes in flight per SM
+/// for DRAM at the MLP's widths. [`SGD_SHALLOW`] for larger warp tiles: deeper, they take more
+/// registers than two blocks of 256 threads an SM may have, or spill (`docs/gemm.md`).
+pub const fn sgd_quads_in_flight(fragments: usize) -> usize {
+    if fragments <= 8 {
+        SGD_DEEP
+    } else {
+        SGD_SHALLOW
+    }
+}
+pub const SGD_DEEP: usize = 8;
+pub const SGD_SHALLOW: usize = 2;
+
 /// Independent accumulators per warp in the `mma_roof_*` kernels (`roof.rs`): enough that
 /// the tensor cores never wait on one chain's latency.
 pub const ROOF_CHAINS: usize = 8;
@@ -123,6 +139,12 @@ impl TileConfig {
     /// Warps, or on `wgmma` rows consumer warpgroups, of a block.
     const fn warp_tiles(&self) -> usize {
         (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
+    }
+    /// Quads of the SGD step each thread has in flight ([`sgd_quads_in_flight`]); `mma.sync`
+    /// rows only (the `wgmma` rungs take no step).
+    pub const fn sgd_quads_in_flight(&self) -> usize {
+        let fragments = (self.warp.0 / self.instruction.0) * (self.warp.1 / self.instruction.1);
+        sgd_quads_in_flight(fragments)
     }
     /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups and the
     /// producer warpgroup that issues the copies.
@@ -464,6 +486,15 @@ mod tests {
         assert_eq!(c.smem_bytes(), 4 * (128 + 128) * 32 * 2);
         assert_eq!(c.threads(), 128);
         assert_eq!(c.smem_bytes_stepping(), c.smem_bytes());
+        // Warp tiles of 32×32 keep the SGD step's deep quads in flight; 64×32 ones do not.
+        assert_eq!(
+            named("tc80_64x64x64_32x32_s3").sgd_quads_in_flight(),
+            SGD_DEEP
+        );
+        assert_eq!(
+            named("tc80_128x128x32_64x32_s4").sgd_quads_in_flight(),
+            SGD_SHALLOW
+        );
         // Two stages of a 32-deep slice hold less than the SGD epilogue's padded C tile.
         let c = named("tc75_128x128x32_64x32");
         assert_eq!(c.smem_bytes(), 2 * (128 + 128) * 32 * 2);

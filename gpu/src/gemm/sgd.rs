@@ -4,15 +4,9 @@
 //! thread. The fp32 master weights and velocity, 16 of the 18 bytes an element moves here, then
 //! travel as whole 16-byte accesses, several rows of them in flight at once; stored from the
 //! accumulators' fragment layout, each thread would wait on them one fragment at a time.
-use super::{Args, STAGED_PAD};
+use super::{Args, SGD_DEEP, SGD_SHALLOW, STAGED_PAD, sgd_quads_in_flight};
 use crate::arch::*;
 use crate::layout::mma_c;
-
-/// Quads (four columns) each thread has in flight: their loads all issue before the first
-/// store, which the compiler must assume could overwrite them. Two keep 64 bytes a thread in
-/// flight, tens of KiB an SM at the MLP's occupancy; four spill the largest fp32-accumulator
-/// tile on sm_90.
-const IN_FLIGHT: usize = 2;
 
 /// Four fp32 values, 16-byte aligned so they move as one vector access.
 #[repr(C, align(16))]
@@ -33,7 +27,7 @@ struct Quad {
 }
 
 /// The smallest block tile (in elements) whose step prefetches. Such a block, with its staged
-/// tile, has an SM to itself, and [`IN_FLIGHT`] quads of its threads keep too few bytes in
+/// tile, has an SM to itself, and the [`SGD_SHALLOW`] quads of its threads keep too few bytes in
 /// flight to use DRAM's bandwidth; smaller tiles share an SM with others that fill it, and the
 /// prefetches only add requests (`docs/gemm.md` has both measurements).
 pub const PREFETCH_AREA: usize = 128 * 256;
@@ -102,6 +96,22 @@ pub fn step_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, cons
         }
     }
     sync_threads();
+    if sgd_quads_in_flight(MI * NI) == SGD_DEEP {
+        step_quads::<BM, BN, SGD_DEEP>(&p, at, (bm0, bn0), threads);
+    } else {
+        step_quads::<BM, BN, SGD_SHALLOW>(&p, at, (bm0, bn0), threads);
+    }
+}
+
+/// The step of the staged tile at `(bm0, bn0)`, walked row by row, four columns a thread,
+/// `IN_FLIGHT` quads of loads at a time.
+#[inline(always)]
+fn step_quads<const BM: usize, const BN: usize, const IN_FLIGHT: usize>(
+    p: &Args,
+    staged: impl Fn(usize, usize) -> u32,
+    (bm0, bn0): (u32, u32),
+    threads: usize,
+) {
     let sgd = p.sgd;
     let vector = p.ldc.is_multiple_of(4)
         && (sgd.master as usize).is_multiple_of(16)
@@ -118,7 +128,7 @@ pub fn step_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, cons
                 inside: q < quads && i < p.m && j < p.n,
                 k: (i * p.ldc + j) as usize,
                 columns: 4.min(p.n.saturating_sub(j)) as usize,
-                staged: at(tr, tc),
+                staged: staged(tr, tc),
             }
         };
         let vectors = |q: &Quad| q.inside && q.columns == 4 && vector;

@@ -5,7 +5,7 @@ mod shapes;
 pub use shapes::{Epilogue, Shape, default_shapes};
 
 use crate::cuda::{Gpu, dptr};
-use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Version, accum_of};
+use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Usage, Version, accum_of};
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::{Accum, ROOF_CHAINS};
@@ -222,7 +222,11 @@ fn shape_rows(
     }
 
     // What the host would pick for this shape alone, split-K included, when that splits.
-    let cfg = gemm::choose_config(gpu, (p.m, p.n, p.k), false)?;
+    let usage = Usage {
+        steps: p.sgd.is_some(),
+        ..Usage::default()
+    };
+    let cfg = gemm::choose_config(gpu, (p.m, p.n, p.k), usage)?;
     let split = gemm::choose_split(gpu, cfg, p.m, p.n, p.k)?;
     if split > 1 {
         let (name, ms, c) = split_run(Version::Tensor(cfg, Accum::F16), split)?;

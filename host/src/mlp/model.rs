@@ -1,7 +1,7 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
-use crate::gemm::{self, Problem, Ptrs, SgdStep, Version};
+use crate::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::{CudaEvent, CudaStream, LaunchConfig};
@@ -204,15 +204,14 @@ impl<'g> Mlp<'g> {
         if let Some(v) = config {
             v.ensure_runs_on(gpu)?;
         }
-        // `beside`: whether the GEMM runs beside the rest of the backward pass.
-        let plan = |(m, n, k): (usize, usize, usize), beside: bool| -> Result<Plan> {
+        let plan = |(m, n, k): (usize, usize, usize), usage: Usage| -> Result<Plan> {
             Ok(match config {
                 Some(version) => Plan {
                     version,
                     split_k: 1,
                 },
                 None => {
-                    let c = gemm::choose_config(gpu, (m, n, k), beside)?;
+                    let c = gemm::choose_config(gpu, (m, n, k), usage)?;
                     Plan {
                         version: Version::Tensor(c, acc),
                         split_k: gemm::choose_split(gpu, c, m, n, k)?,
@@ -228,10 +227,17 @@ impl<'g> Mlp<'g> {
             for (l, w) in sizes.windows(2).enumerate() {
                 let shapes = layer_shapes(r, w[0], w[1]);
                 let beside = slot == 0 && weight_gradient_beside(l);
+                // A training step's weight gradients take their SGD step in the epilogue (on
+                // one GPU; replicas of a data-parallel run step after the all-reduce, and keep
+                // the plan).
+                let gradient = Usage {
+                    beside,
+                    steps: slot == 0,
+                };
                 let p = [
-                    plan(shapes[0], false)?,
-                    plan(shapes[1], beside)?,
-                    plan(shapes[2], false)?,
+                    plan(shapes[0], Usage::default())?,
+                    plan(shapes[1], gradient)?,
+                    plan(shapes[2], Usage::default())?,
                 ];
                 for (which, (q, &(m, n, k))) in p.iter().zip(&shapes).enumerate() {
                     let prob = Problem {
