@@ -329,11 +329,10 @@ pub struct Usage {
 }
 
 /// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
-/// the PTX holds (sm_80+ ones where available, register-staged ones where K fits one of their
-/// K slices), the largest tile that still gives every SM a block, and among equal ones a K
-/// slice that K fills, else the shallowest; for small outputs, the one with the most blocks,
-/// and among equal ones the deepest K slice that K fills (fewer barriers; a short K pays for
-/// zero-filled depth instead).
+/// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
+/// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
+/// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
+/// barriers; a short K pays for zero-filled depth instead).
 ///
 /// `usage.beside`: another kernel runs at the same time, on another stream. Then no tile under
 /// 64×64 takes part: small tiles' many blocks spread over every SM and keep the other kernel's
@@ -359,20 +358,9 @@ pub fn choose_config(
             .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
     };
     let best_sm = mma_sync().map(|c| c.min_sm).max();
-    // A product of one K slice has nothing to pipeline: there the register-staged rows, whose
-    // path from global memory to the tensor cores is shorter than the `cp.async` ring's, took
-    // 3.6 µs where the sm_80 rows took 4.4 (`docs/gemm.md`).
-    let one_slice = mma_sync().any(|c| !c.is_async() && k <= c.block.2);
-    let family = |c: &TileConfig| {
-        if one_slice {
-            !c.is_async()
-        } else {
-            Some(c.min_sm) == best_sm
-        }
-    };
     let area = |c: &TileConfig| c.block.0 * c.block.1;
     let usable: Vec<_> = mma_sync()
-        .filter(|c| family(c) && c.smem_bytes() <= smem)
+        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
         .filter(|c| !usage.beside || area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1)
         .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
         .collect();

@@ -453,22 +453,6 @@ fn stepping_gemms_take_tiles_with_the_deep_epilogue() {
     }
 }
 
-/// A product whose K fits one K slice (the logits' gradient back through the output layer)
-/// runs on a register-staged tile; a deeper one, where the PTX has them, on a `cp.async` one.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn products_of_one_k_slice_take_register_staged_tiles() {
-    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    for shape in [(128, 4096, 10), (128, 128, 10), (4096, 4096, 32)] {
-        let c = gemm::choose_config(&g, shape, Usage::default()).unwrap();
-        assert!(!c.is_async(), "{shape:?}: {}", c.name);
-    }
-    if g.ptx.sm >= 80 {
-        let c = gemm::choose_config(&g, (128, 4096, 784), Usage::default()).unwrap();
-        assert!(c.is_async(), "{}", c.name);
-    }
-}
-
 /// For a small output the host picks the tile with the most blocks, and among rows of that
 /// tile the deepest K slice that K fills, or the shallowest when K fills none; for an output
 /// that fills the GPU, the largest tile, and a K slice that K fills where one does.
