@@ -305,6 +305,14 @@ pub fn gemm<
     // Launched as a dependent on sm_90: everything above is set-up that overlaps the kernel
     // before; its results are read (and C written) only after it has completed.
     wait_for_prior_grids();
+    // A warp tile of one or two fragments loads its gate pairs now, so they arrive with the
+    // operands instead of after the mainloop: at a short K (the input gradient through the
+    // output layer, K = 10) that latency is a large part of the call. Larger warp tiles would
+    // hold the registers through the mainloop, and load each row's pairs at the end.
+    let early = (MI * NI <= 2).then(|| {
+        let inline = stores_inline::<BM, BN>(&p, ws, (bm0, bn0));
+        core::array::from_fn(|mi| tile_row_gates::<NI>(&p, inline, (bm0, bn0), (wm0, wn0), mi))
+    });
     // One K slice's copy of both operands into stage `s`.
     let copy_async = |s: u32, kt: usize| {
         let k0 = k_begin + (kt * BK) as u32;
@@ -344,7 +352,7 @@ pub fn gemm<
     if steps {
         step_tile::<A, BM, BN, MI, NI>(p, smem, &acc, (bm0, bn0), (wm0, wn0), threads);
     } else {
-        store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0));
+        store_tile::<A, BM, BN, MI, NI>(p, ws, &acc, (bm0, bn0), (wm0, wn0), early);
     }
 }
 
@@ -454,8 +462,50 @@ fn mainloop_staged<A: Acc, const MI: usize, const NI: usize, const BK: usize, R>
     }
 }
 
+/// Whether the block tile at `(bm0, bn0)` stores inline: inside C, with nothing to read from C
+/// (beta = 0), no split-K workspace, and aligned pairs.
+#[inline(always)]
+fn stores_inline<const BM: usize, const BN: usize>(
+    p: &Args,
+    ws: *mut f32,
+    (bm0, bn0): (u32, u32),
+) -> bool {
+    let aligned = |x: usize| x.is_multiple_of(4);
+    ws.is_null()
+        && p.beta == 0.0
+        && bm0 + BM as u32 <= p.m
+        && bn0 + BN as u32 <= p.n
+        && p.ldc.is_multiple_of(2)
+        && aligned(p.c as usize)
+        && aligned(p.bias as usize)
+        && aligned(p.gate as usize)
+}
+
+/// The gate pairs of fragment row `mi` of the warp tile at `(wm0, wn0)`, rows `i` and `i + 8`
+/// of each fragment (zeros where the tile does not store inline: then `store_fragment` reads
+/// the gate itself). All are loaded before the row's first store, which the compiler must
+/// assume could overwrite them: one memory latency a row of fragments, not one a pair.
+#[inline(always)]
+fn tile_row_gates<const NI: usize>(
+    p: &Args,
+    inline: bool,
+    (bm0, bn0): (u32, u32),
+    (wm0, wn0): (usize, usize),
+    mi: usize,
+) -> [[u32; 2]; NI] {
+    if !inline {
+        return [[0; 2]; NI];
+    }
+    let (r, c) = mma_c(lane() as usize, 0);
+    let i = bm0 + (wm0 + 16 * mi + r) as u32;
+    core::array::from_fn(|ni| {
+        let j = bn0 + (wn0 + 8 * ni + c) as u32;
+        [gate_pair(*p, i, j), gate_pair(*p, i + 8, j)]
+    })
+}
+
 /// The epilogue straight from the accumulators of the warp tile at `(wm0, wn0)` of the block
-/// tile at `(bm0, bn0)`.
+/// tile at `(bm0, bn0)`; `early`: the gate pairs, where they were loaded before the mainloop.
 #[inline(always)]
 fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const NI: usize>(
     p: Args,
@@ -463,30 +513,20 @@ fn store_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, const N
     acc: &[[A; NI]; MI],
     (bm0, bn0): (u32, u32),
     (wm0, wn0): (usize, usize),
+    early: Option<[[[u32; 2]; NI]; MI]>,
 ) {
     // Epilogue straight from the accumulators, fully unrolled, so every accumulator is a named
     // register (a run-time index would move them to local memory). A block tile inside C with
     // nothing to read from it (beta = 0) and aligned pairs stores each pair inline as one 4-byte
     // word; the rest goes through the general, out-of-line `store_fragment`.
-    let aligned = |x: usize| x.is_multiple_of(4);
-    let inline = ws.is_null()
-        && p.beta == 0.0
-        && bm0 + BM as u32 <= p.m
-        && bn0 + BN as u32 <= p.n
-        && p.ldc.is_multiple_of(2)
-        && aligned(p.c as usize)
-        && aligned(p.bias as usize)
-        && aligned(p.gate as usize);
+    let inline = stores_inline::<BM, BN>(&p, ws, (bm0, bn0));
     let (r, c) = mma_c(lane() as usize, 0);
     for (mi, row) in acc.iter().enumerate() {
         let i = bm0 + (wm0 + 16 * mi + r) as u32;
         let j = |ni: usize| bn0 + (wn0 + 8 * ni + c) as u32;
-        // The row's gate pairs are all loaded before its first store, which the compiler must
-        // assume could overwrite them: one memory latency a row of fragments, not one a pair.
-        let gates: [[u32; 2]; NI] = if inline {
-            core::array::from_fn(|ni| [gate_pair(p, i, j(ni)), gate_pair(p, i + 8, j(ni))])
-        } else {
-            [[0; 2]; NI]
+        let gates = match early {
+            Some(g) => g[mi],
+            None => tile_row_gates::<NI>(&p, inline, (bm0, bn0), (wm0, wn0), mi),
         };
         for (ni, frag) in row.iter().enumerate() {
             let (j, v) = (j(ni), [frag.get(0), frag.get(1), frag.get(2), frag.get(3)]);
