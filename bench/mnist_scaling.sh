@@ -3,17 +3,18 @@
 # with several GPUs:
 #   bench/mnist_scaling.sh OUT_DIR [HOST_BINARY]
 # Writes OUT_DIR/mnist_scaling.csv (system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy).
-# GPUS (default: 1, 2, 4, … up to the GPUs present), WIDTHS (4096 8192), BATCH (512, global),
-# EPOCHS (3) override the sweep.
+# GPUS (default: 1, 2, 4, … up to the GPUs present), WIDTHS (4096 8192), BATCHES (global batches:
+# 512 2048), EPOCHS (3) override the sweep.
 set -euo pipefail
 out=${1:?output directory}; host=${2:-target/release/host}
 py=${PYTHON:-python3}
 present=$("$py" -c 'import torch; print(torch.cuda.device_count())')
 gpus=${GPUS:-$(g=1; while [ $g -le "$present" ]; do printf "%s " $g; g=$((g * 2)); done)}
-widths=${WIDTHS:-"4096 8192"}; batch=${BATCH:-512}; epochs=${EPOCHS:-3}
+widths=${WIDTHS:-"4096 8192"}; batches=${BATCHES:-"512 2048"}; epochs=${EPOCHS:-3}
 mkdir -p "$out"
 csv="$out/mnist_scaling.csv"
 echo "system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy" > "$csv"
+for batch in $batches; do
 for h in $widths; do
   for g in $gpus; do
     # mode: the engine the header line names
@@ -24,6 +25,7 @@ for h in $widths; do
       --hidden "$h" --batch "$batch" --epochs "$epochs" --csv "$out/ddp.tmp" > /dev/null 2>&1 \
       && tail -n +2 "$out/ddp.tmp" >> "$csv" || echo "pytorch ddp on $g GPUs at hidden $h failed" >&2
     rm -f "$out/ddp.tmp"
-    echo "hidden $h on $g GPUs done" >&2
+    echo "hidden $h, batch $batch on $g GPUs done" >&2
   done
+done
 done

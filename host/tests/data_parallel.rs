@@ -3,7 +3,8 @@ mod common;
 
 use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
-use host::mlp::{Options, train, train_data_parallel};
+use host::mlp::model::init_params;
+use host::mlp::{Options, checkpoint, train, train_data_parallel};
 
 fn layered() -> Options {
     Options {
@@ -76,6 +77,56 @@ fn two_gpus_follow_the_loss_curve_of_one() {
         a.test_accuracy,
         b.test_accuracy
     );
+}
+
+/// Each replica steps only its share of the master weights; a checkpoint gathers every share
+/// first, so the saved weights are those of one GPU's run, not partly the initial ones.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_gpus_save_every_replicas_share_of_the_weights() {
+    let present = Gpu::count().expect("this test needs a CUDA GPU");
+    if present < 2 {
+        eprintln!("skipped: it needs two GPUs, and {present} is present");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dp-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (one_path, two_path) = (dir.join("one.safetensors"), dir.join("two.safetensors"));
+    let ds = mnist();
+    let one = Options {
+        save: Some(one_path.clone()),
+        ..layered()
+    };
+    train(&Gpu::new(0).unwrap(), &one, &ds).unwrap();
+    let two = Options {
+        gpus: 2,
+        save: Some(two_path.clone()),
+        ..layered()
+    };
+    train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
+    let sizes = [784, one.hidden[0], 10];
+    let start = init_params(&sizes, one.init, one.seed);
+    let a = checkpoint::load(&one_path, &sizes).unwrap();
+    let b = checkpoint::load(&two_path, &sizes).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Weights that moved in training are compared, in the first and the last half of the flat
+    // buffer (each replica's share). Rounding apart, two GPUs take other steps, and after an
+    // epoch they stand about a fifth of the move away from one GPU's; a share left at its
+    // initial weights would stand the whole move away.
+    let half = a.len() / 2;
+    for (name, range) in [("first", 0..half), ("second", half..a.len())] {
+        let (mut moved, mut apart) = (0.0f64, 0.0f64);
+        for i in range {
+            moved += f64::from(a[i] - start[i]).powi(2);
+            apart += f64::from(a[i] - b[i]).powi(2);
+        }
+        assert!(moved > 0.0, "{name} half: training moved no weight");
+        assert!(
+            apart < 0.25 * moved,
+            "{name} half: two GPUs' checkpoint is {:.3} of one GPU's move away",
+            (apart / moved).sqrt()
+        );
+    }
 }
 
 /// Each replica opens its GPU with the run's options: one replica with an older embedded PTX
