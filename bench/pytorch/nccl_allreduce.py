@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The collectives of a data-parallel MNIST step, alone, through NCCL (PyTorch's), one process
-per GPU: the fp16 sum, in place, of the whole gradient of a 784-H-10 MLP (all-reduce), and the
-same sum as `host mnist --gpus N` makes it (reduce-scatter of the gradient, then all-gather of
-the fp16 weights: each rank steps its share between the two):
+per GPU: the fp16 sum, in place, of the whole gradient of a 784-H-10 MLP, as `host mnist --gpus N`
+makes it (all-reduce), and the pair a sharded update would make instead (reduce-scatter of the
+gradient, then all-gather of the fp16 weights, each rank stepping its share between the two;
+docs/parallel.md has why the host does not):
 
     torchrun --standalone --nproc_per_node 2 bench/pytorch/nccl_allreduce.py --hidden 4096 8192
 
@@ -42,7 +43,7 @@ def main():
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     for h, (name, collective) in itertools.product(a.hidden, COLLECTIVES.items()):
-        # Padded as the host pads its flat buffers: equal shares of whole 64-element blocks.
+        # Padded to equal shares of whole 64-element blocks, as a sharded update would pad it.
         n = -(-params(h) // (64 * world)) * 64 * world
         g = torch.randn(n, device=dev, dtype=torch.float16)
         for _ in range(5):

@@ -1,5 +1,5 @@
 //! NCCL, loaded at run time from wherever the system or PyTorch installed `libnccl.so.2`: the
-//! few calls data-parallel training makes (a communicator per rank; sums and gathers in place).
+//! few calls data-parallel training makes (a communicator per rank, sums in place).
 //!
 //! The bindings are our own, a handful of entry points of NCCL's stable C ABI: cudarc's NCCL
 //! loader looks only for names such as `libnccl.so`, and PyTorch's NCCL wheel ships only
@@ -37,24 +37,6 @@ struct Api {
         *mut c_void,
         usize,
         c_int,
-        c_int,
-        RawComm,
-        *mut c_void,
-    ) -> Status,
-    #[allow(clippy::type_complexity)]
-    reduce_scatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        RawComm,
-        *mut c_void,
-    ) -> Status,
-    all_gather: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
         c_int,
         RawComm,
         *mut c_void,
@@ -127,8 +109,6 @@ fn bind(lib: Library, path: String) -> Result<Api> {
             comm_init_rank: *lib.get(b"ncclCommInitRank")?,
             comm_abort: *lib.get(b"ncclCommAbort")?,
             all_reduce: *lib.get(b"ncclAllReduce")?,
-            reduce_scatter: *lib.get(b"ncclReduceScatter")?,
-            all_gather: *lib.get(b"ncclAllGather")?,
             error_string: *lib.get(b"ncclGetErrorString")?,
             _lib: lib,
         })
@@ -253,39 +233,6 @@ impl Comm {
         let s = stream.cu_stream() as *mut c_void;
         let status = unsafe { (a.all_reduce)(buf, buf, count, T::NCCL_TYPE, SUM, self.raw, s) };
         check(a, status, "ncclAllReduce")
-    }
-
-    /// Queues on `stream` the sum over all ranks of the `world · count` elements at `ptr`, of
-    /// which this rank keeps its share: the sum of elements `rank · count ..` `+ count`, left in
-    /// place. The rest of the buffer is left as it was.
-    pub fn reduce_scatter_in_place<T: Element>(
-        &self,
-        ptr: u64,
-        count: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let a = api()?;
-        let own = (ptr + (self.rank * count * size_of::<T>()) as u64) as *mut c_void;
-        let s = stream.cu_stream() as *mut c_void;
-        let (all, t) = (ptr as *const c_void, T::NCCL_TYPE);
-        let status = unsafe { (a.reduce_scatter)(all, own, count, t, SUM, self.raw, s) };
-        check(a, status, "ncclReduceScatter")
-    }
-
-    /// Queues on `stream` the copy of every rank's share of the `world · count` elements at
-    /// `ptr` (elements `rank · count ..` `+ count`) into the same place on every rank.
-    pub fn all_gather_in_place<T: Element>(
-        &self,
-        ptr: u64,
-        count: usize,
-        stream: &CudaStream,
-    ) -> Result<()> {
-        let a = api()?;
-        let own = (ptr + (self.rank * count * size_of::<T>()) as u64) as *const c_void;
-        let s = stream.cu_stream() as *mut c_void;
-        let status =
-            unsafe { (a.all_gather)(own, ptr as *mut c_void, count, T::NCCL_TYPE, self.raw, s) };
-        check(a, status, "ncclAllGather")
     }
 }
 

@@ -40,9 +40,9 @@ fn one_step_gradients_match_cpu_reference() {
                 .collect();
             let labels: Vec<u8> = (0..rows).map(|_| rng.random_range(0..10)).collect();
             let mut measure = Arena::measuring();
-            Mlp::new(&g, &mut measure, &sizes, (rows, rows), 1, acc, None).unwrap();
+            Mlp::new(&g, &mut measure, &sizes, rows, rows, acc, None).unwrap();
             let mut arena = Arena::new(&g, measure.used()).unwrap();
-            let m = Mlp::new(&g, &mut arena, &sizes, (rows, rows), 1, acc, None).unwrap();
+            let m = Mlp::new(&g, &mut arena, &sizes, rows, rows, acc, None).unwrap();
             m.set_params(&params).unwrap();
             let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
             // Slot 2 of three, read from the step counter, which the loss advances.
@@ -314,7 +314,7 @@ fn persistent_steps_against_cpu(
                     continue;
                 }
                 let carve = |arena: &mut Arena| {
-                    let m = Mlp::new(g, arena, &sizes, (batch, batch), 1, acc, None).unwrap();
+                    let m = Mlp::new(g, arena, &sizes, batch, batch, acc, None).unwrap();
                     let p = Persistent::new(g, arena, &sizes, (batch, steps), acc, feed).unwrap();
                     (m, p)
                 };

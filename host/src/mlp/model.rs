@@ -40,13 +40,6 @@ pub fn param_layout(sizes: &[usize]) -> (Vec<(usize, usize)>, usize) {
     (v, off)
 }
 
-/// Length of the flat parameter buffers shared among `shards` replicas: the parameters padded
-/// to `shards` equal shares of whole 64-element blocks, so that each replica's share of the
-/// update starts aligned and the collectives move equal counts.
-pub fn padded_len(n_params: usize, shards: usize) -> usize {
-    n_params.next_multiple_of(64 * shards)
-}
-
 /// Initial fp32 parameters in the flat layout.
 pub fn init_params(sizes: &[usize], init: Init, seed: u64) -> Vec<f32> {
     use rand::{Rng, SeedableRng};
@@ -81,9 +74,6 @@ pub struct Mlp<'g> {
     pub sizes: Vec<usize>,
     pub offsets: Vec<(usize, usize)>,
     pub n_params: usize,
-    /// Replicas the update is shared among (1 on one GPU); the buffers below are
-    /// [`padded_len`] long, the padding zero.
-    shards: usize,
     pub w32: Buf<f32>,
     pub w16: Buf<f16>,
     pub g16: Buf<f16>,
@@ -185,16 +175,15 @@ pub fn sgd_update(gpu: &Gpu, stream: &CudaStream, p: SgdUpdate) -> Result<()> {
 
 impl<'g> Mlp<'g> {
     /// Carves from `arena` everything training steps of `train_rows` rows and forward passes of
-    /// up to `eval_rows` rows need, with parameter buffers for an update shared among `shards`
-    /// replicas; the parameters are set by [`Mlp::set_params`]. `config` forces one tensor-core
-    /// configuration for every GEMM; otherwise each shape gets the host's choice of
-    /// configuration and split-K, planned once for each of the two row counts.
+    /// up to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config`
+    /// forces one tensor-core configuration for every GEMM; otherwise each shape gets the host's
+    /// choice of configuration and split-K, planned once for each of the two row counts.
     pub fn new(
         gpu: &'g Gpu,
         arena: &mut Arena,
         sizes: &[usize],
-        (train_rows, eval_rows): (usize, usize),
-        shards: usize,
+        train_rows: usize,
+        eval_rows: usize,
         acc: Accum,
         config: Option<Version>,
     ) -> Result<Mlp<'g>> {
@@ -204,9 +193,8 @@ impl<'g> Mlp<'g> {
         );
         let rows = train_rows.max(eval_rows);
         let (offsets, n_params) = param_layout(sizes);
-        let len = padded_len(n_params, shards);
-        let (w32, w16) = (arena.alloc(len)?, arena.alloc(len)?);
-        let (g16, vel) = (arena.alloc(len)?, arena.alloc(len)?);
+        let (w32, w16) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
+        let (g16, vel) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
         let mut acts = Vec::new();
         let mut grads = Vec::new();
         for &w in &sizes[1..] {
@@ -268,7 +256,6 @@ impl<'g> Mlp<'g> {
             sizes: sizes.to_vec(),
             offsets,
             n_params,
-            shards,
             w32,
             w16,
             g16,
@@ -289,8 +276,7 @@ impl<'g> Mlp<'g> {
         })
     }
 
-    /// Sets the fp32 master weights (and their fp16 copy) and clears the momentum and the
-    /// gradients, padding included.
+    /// Sets the fp32 master weights (and their fp16 copy) and clears the momentum.
     pub fn set_params(&self, params: &[f32]) -> Result<()> {
         ensure!(
             params.len() == self.n_params,
@@ -298,15 +284,13 @@ impl<'g> Mlp<'g> {
             params.len(),
             self.n_params
         );
-        self.gpu.zero(self.w32)?;
-        self.gpu.zero(self.vel)?;
-        self.gpu.zero(self.g16)?;
         self.gpu.upload_to(self.w32, params)?;
+        self.gpu.zero(self.vel)?;
         let f = self.gpu.function(kernels::F32_TO_F16)?;
-        let n = self.w32.len as u32;
+        let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
         b.arg(&self.w32.ptr).arg(&self.w16.ptr).arg(&n);
-        unsafe { b.launch(grid_1d(self.w32.len, 256)) }?;
+        unsafe { b.launch(grid_1d(self.n_params, 256)) }?;
         Ok(())
     }
 
@@ -538,22 +522,14 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
-    /// Elements in each replica's share of the parameter buffers.
-    pub fn share_len(&self) -> usize {
-        self.w32.len / self.shards
-    }
-
-    /// One SGD step, in one launch, over share `shard` of the parameters (of the model's
-    /// `shards`; share 0 of 1 is every parameter) from the gradients in `g16`.
-    pub fn update(&self, step: SgdStep, shard: usize) -> Result<()> {
-        ensure!(shard < self.shards, "share {shard} of {}", self.shards);
-        let (len, first) = (self.share_len(), shard * self.share_len());
+    /// One SGD step over every parameter from the gradients in `g16`, in one launch.
+    pub fn update(&self, step: SgdStep) -> Result<()> {
         let p = SgdUpdate {
-            w: self.w32.at(first),
-            w16: self.w16.at(first),
-            g: self.g16.at(first),
-            v: self.vel.at(first),
-            n: len as u32,
+            w: self.w32.ptr,
+            w16: self.w16.ptr,
+            g: self.g16.ptr,
+            v: self.vel.ptr,
+            n: self.n_params as u32,
             lr: step.lr,
             momentum: step.momentum,
         };
@@ -599,9 +575,7 @@ impl<'g> Mlp<'g> {
 
     /// The fp32 master weights, in the flat layout.
     pub fn params(&self) -> Result<Vec<f32>> {
-        let mut p = self.gpu.download_buf(self.w32)?;
-        p.truncate(self.n_params);
-        Ok(p)
+        self.gpu.download_buf(self.w32)
     }
 }
 
@@ -620,24 +594,4 @@ fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
     // queued work.
     unsafe { b.launch(cfg) }?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shares_of_the_parameters_are_equal_aligned_and_cover_them_all() {
-        for sizes in [vec![784, 128, 10], vec![4, 5, 3], vec![784, 4096, 10]] {
-            let (_, n) = param_layout(&sizes);
-            for shards in 1..=8 {
-                let len = padded_len(n, shards);
-                let share = len / shards;
-                assert_eq!(share * shards, len, "{sizes:?} over {shards}");
-                assert_eq!(share % 64, 0, "{sizes:?} over {shards}");
-                assert!(len >= n && len - n < 64 * shards, "{sizes:?} over {shards}");
-            }
-            assert_eq!(padded_len(n, 1), n, "one GPU needs no padding: {sizes:?}");
-        }
-    }
 }

@@ -66,14 +66,13 @@ fn replica(
     let gpu = meet.all_ok(Gpu::with_options(ordinal, options))?;
     gpu.ctx.bind_to_thread()?;
     let comm = Comm::new(id, rank, o.gpus)?;
-    // Every rank keeps `save`: saving gathers the master weights from all of them, and rank 0
-    // writes the file.
     let o = if rank == 0 {
         o.clone()
     } else {
         Options {
             quiet: true,
             metrics: None,
+            save: None,
             ..o.clone()
         }
     };

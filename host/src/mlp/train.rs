@@ -302,7 +302,6 @@ impl<'a> Trainer<'a> {
         let footprint = Footprint {
             sizes: &sizes,
             rows,
-            replicas: comm.map_or(1, |c| c.world()),
             steps,
             eval_rows,
             eval_chunks,
@@ -468,9 +467,7 @@ impl<'a> Trainer<'a> {
 
     /// One training step, as a sequence of launches on the stream: nothing is allocated, copied
     /// or synchronised inside it, so it can be captured as a graph. A replica's gradients are
-    /// of its rows over the whole batch's count, so that their sum over replicas is the batch's;
-    /// each replica steps its share of the parameters from that sum and the replicas then
-    /// exchange their shares of the fp16 weights.
+    /// of its rows over the whole batch's count, so that their sum over replicas is the batch's.
     fn step(&self) -> Result<()> {
         let (o, b, model, rows) = (self.o, &self.b, &self.model, self.rows);
         self.gather()?;
@@ -487,26 +484,13 @@ impl<'a> Trainer<'a> {
         let fused = (self.comm.is_none() && model.steps_in_backward()).then_some(step);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, fused)?;
         model.backward(b.xb.ptr, rows, fused)?;
-        let (stream, share) = (&self.gpu.stream, model.share_len());
-        match (self.comm, fused) {
-            (_, Some(_)) => Ok(()),
-            (None, None) => model.update(step, 0),
-            (Some(comm), None) => {
-                comm.reduce_scatter_in_place::<f16>(model.g16.ptr, share, stream)?;
-                model.update(step, comm.rank())?;
-                comm.all_gather_in_place::<f16>(model.w16.ptr, share, stream)
-            }
-        }
-    }
-
-    /// The fp32 master weights. A replica steps only its share of them, so every replica
-    /// gathers the others' shares first (each must call this, as for any collective).
-    fn master_weights(&self) -> Result<Vec<f32>> {
-        let model = &self.model;
         if let Some(comm) = self.comm {
-            comm.all_gather_in_place::<f32>(model.w32.ptr, model.share_len(), &self.gpu.stream)?;
+            comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
         }
-        model.params()
+        match fused {
+            Some(_) => Ok(()),
+            None => model.update(step),
+        }
     }
 
     /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into
@@ -602,10 +586,7 @@ impl<'a> Trainer<'a> {
         metrics.add_steps(epoch, &losses, t);
         metrics.add_epoch(epoch, test_accuracy, t);
         if let Some(p) = &o.save {
-            let params = self.master_weights()?;
-            if self.comm.is_none_or(|c| c.rank() == 0) {
-                checkpoint::save(p, &self.sizes, &params)?;
-            }
+            checkpoint::save(p, &self.sizes, &self.model.params()?)?;
         }
         Ok(Epoch {
             epoch,
@@ -745,8 +726,6 @@ struct Footprint<'s> {
     sizes: &'s [usize],
     /// Rows of a step on this GPU.
     rows: usize,
-    /// GPUs the run's update is shared among.
-    replicas: usize,
     steps: usize,
     eval_rows: usize,
     eval_chunks: usize,
@@ -778,8 +757,7 @@ fn carve<'g>(
         seed: arena.alloc(1)?,
     };
     let (sizes, rows) = (footprint.sizes, footprint.eval_rows);
-    let shards = footprint.replicas;
-    let model = Mlp::new(gpu, arena, sizes, (batch, rows), shards, o.accum, o.config)?;
+    let model = Mlp::new(gpu, arena, sizes, batch, rows, o.accum, o.config)?;
     let engine = match choice {
         Choice::Persistent(feed) => Engine::Persistent(Box::new(Persistent::new(
             gpu,
