@@ -68,7 +68,7 @@ def main():
             bus = size * 2 * (world - 1) / world / (us * 1e-6) / 1e9
             print(f"{name} {world} GPUs hidden {h}: {size / 1e6:.2f} MB fp16 in {us:.1f} us "
                   f"(bus {bus:.0f} GB/s)", flush=True)
-        del graph  # a graph that holds NCCL work keeps the communicator from closing
+        del graph  # its NCCL work is freed before the process group closes (else it can hang)
     torch.cuda.synchronize()
     dist.destroy_process_group()
 
