@@ -6,6 +6,15 @@ use host::cuda::{Gpu, GpuOptions};
 use host::mlp::model::init_params;
 use host::mlp::{Options, checkpoint, train, train_data_parallel};
 
+/// Whether two GPUs are present; a test that needs them and finds fewer says so and skips.
+fn two_gpus_present() -> bool {
+    let present = Gpu::count().expect("this test needs a CUDA GPU");
+    if present < 2 {
+        eprintln!("skipped: it needs two GPUs, and {present} is present");
+    }
+    present >= 2
+}
+
 fn layered() -> Options {
     Options {
         layered: true,
@@ -43,9 +52,7 @@ fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn two_gpus_follow_the_loss_curve_of_one() {
-    let present = Gpu::count().expect("this test needs a CUDA GPU");
-    if present < 2 {
-        eprintln!("skipped: it needs two GPUs, and {present} is present");
+    if !two_gpus_present() {
         return;
     }
     let g = Gpu::new(0).unwrap();
@@ -84,9 +91,7 @@ fn two_gpus_follow_the_loss_curve_of_one() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn two_gpus_save_the_weights_they_trained() {
-    let present = Gpu::count().expect("this test needs a CUDA GPU");
-    if present < 2 {
-        eprintln!("skipped: it needs two GPUs, and {present} is present");
+    if !two_gpus_present() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("dp-save-{}", std::process::id()));
