@@ -23,7 +23,7 @@ for h in $widths; do
                        /^epoch/ {gsub("%","",$11); print "ours," m "," g "," h "," b "," $2 "," $12 "," $11/100}' >> "$csv"
     "$py" -m torch.distributed.run --standalone --nproc_per_node "$g" bench/pytorch/mnist_ddp.py \
       --hidden "$h" --batch "$batch" --epochs "$epochs" --csv "$out/ddp.tmp" > /dev/null 2>&1 \
-      && tail -n +2 "$out/ddp.tmp" >> "$csv" || echo "pytorch ddp on $g GPUs at hidden $h failed" >&2
+      && tail -n +2 "$out/ddp.tmp" >> "$csv" || echo "pytorch ddp on $g GPUs at hidden $h, batch $batch failed" >&2
     rm -f "$out/ddp.tmp"
     echo "hidden $h, batch $batch on $g GPUs done" >&2
   done
