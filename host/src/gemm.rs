@@ -10,8 +10,8 @@ use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
 use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps, copy_engine_reaches};
 use gpu::gemm::{
-    Accum, Layout, RB_K, RB_THREADS, RB_TILE, SGD_DEEP, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS,
-    TileConfig,
+    Accum, DIRECT_MIN_SM, DIRECT_WARP, DIRECT_WARPS, Layout, RB_K, RB_THREADS, RB_TILE, SGD_DEEP,
+    SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
 };
 use half::f16;
 
@@ -19,14 +19,40 @@ use half::f16;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Version {
     Simt(&'static str),
+    /// `mma.sync` from fragments loaded straight from global memory (fp32 accumulation), for
+    /// products of one K step.
+    Direct,
     Tensor(&'static TileConfig, Accum),
 }
+
+/// The direct rung's label and kernel name stem.
+const DIRECT: &str = "direct";
 
 impl Version {
     pub fn label(&self) -> String {
         match self {
             Version::Simt(v) => (*v).to_string(),
+            Version::Direct => DIRECT.to_string(),
             Version::Tensor(c, a) => format!("{}_{}", c.name, a.suffix()),
+        }
+    }
+
+    /// The lowest compute capability (×10) whose PTX holds the version.
+    pub fn min_sm(&self) -> u32 {
+        match self {
+            Version::Simt(_) => 0,
+            Version::Direct => DIRECT_MIN_SM,
+            Version::Tensor(c, _) => c.min_sm,
+        }
+    }
+
+    /// Whether the version's epilogue can take an SGD step: the `wgmma` rungs and the direct
+    /// one take none.
+    pub fn takes_sgd_step(&self) -> bool {
+        match self {
+            Version::Simt(_) => true,
+            Version::Direct => false,
+            Version::Tensor(c, _) => !c.is_wgmma(),
         }
     }
 
@@ -44,7 +70,7 @@ impl Version {
         match self {
             Version::Simt("smem") => 2 * SMEM_TILE * SMEM_TILE * 4,
             Version::Simt("regblock") => 2 * RB_K * RB_TILE * 4,
-            Version::Simt(_) => 0,
+            Version::Simt(_) | Version::Direct => 0,
             Version::Tensor(c, _) => c.smem_bytes(),
         }
     }
@@ -60,17 +86,19 @@ impl Version {
     /// Whether this GPU runs the version: the loaded PTX holds it and a block's shared memory
     /// fits the limit (or the `--max-smem-kb` cap); if not, an error that says which.
     pub fn ensure_runs_on(&self, gpu: &Gpu) -> Result<()> {
-        if let Version::Tensor(c, _) = self {
-            let arch = gpu.ptx.target();
-            ensure!(
-                c.in_ptx(arch.sm, arch.specific),
-                "config {} needs sm_{}{} PTX, but the {} PTX is loaded",
-                c.name,
-                c.min_sm,
-                if c.is_wgmma() { "a" } else { "" },
-                gpu.ptx.arch
-            );
-        }
+        let arch = gpu.ptx.target();
+        ensure!(
+            self.in_ptx(arch),
+            "{} needs sm_{}{} PTX, but the {} PTX is loaded",
+            self.label(),
+            self.min_sm(),
+            if matches!(self, Version::Tensor(c, _) if c.is_wgmma()) {
+                "a"
+            } else {
+                ""
+            },
+            gpu.ptx.arch
+        );
         ensure!(
             self.smem_bytes() <= gpu.max_smem_optin(),
             "{} needs {} B of shared memory per block; {}",
@@ -81,9 +109,20 @@ impl Version {
         Ok(())
     }
 
-    /// Every version the PTX of architecture `arch` holds, SIMT first.
+    /// Whether the PTX of architecture `arch` holds the version.
+    fn in_ptx(&self, arch: Arch) -> bool {
+        match self {
+            Version::Tensor(c, _) => c.in_ptx(arch.sm, arch.specific),
+            _ => self.min_sm() <= arch.sm,
+        }
+    }
+
+    /// Every version the PTX of architecture `arch` holds, SIMT first, then the direct rung.
     pub fn all_in(arch: Arch) -> Vec<Version> {
         let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
+        if Version::Direct.in_ptx(arch) {
+            v.push(Version::Direct);
+        }
         for c in TILE_CONFIGS
             .iter()
             .filter(|c| c.in_ptx(arch.sm, arch.specific))
@@ -100,6 +139,9 @@ impl Version {
         if let Some(v) = SIMT_VERSIONS.iter().find(|v| **v == s) {
             return Ok(Version::Simt(v));
         }
+        if s == DIRECT {
+            return Ok(Version::Direct);
+        }
         for c in TILE_CONFIGS {
             for a in [Accum::F16, Accum::F32] {
                 if s == format!("{}_{}", c.name, a.suffix()) {
@@ -113,6 +155,7 @@ impl Version {
         let names: Vec<_> = SIMT_VERSIONS
             .iter()
             .copied()
+            .chain([DIRECT])
             .chain(TILE_CONFIGS.iter().map(|c| c.name))
             .collect();
         bail!(
@@ -389,6 +432,26 @@ pub fn choose_config(
         })
 }
 
+/// The depth of a product the direct rung computes in one step: one `m16n8k16`.
+const DIRECT_K: usize = 16;
+
+/// The version and K split the host runs an M×N×K product with when none is forced: the
+/// direct rung for a product of one K step that takes no SGD step, where the PTX holds it
+/// (`docs/gemm.md` has the measurement); else [`choose_config`]'s tile, split as
+/// [`choose_split`] says.
+pub fn choose_version(
+    gpu: &Gpu,
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+    acc: Accum,
+) -> Result<(Version, usize)> {
+    if k <= DIRECT_K && !usage.steps && Version::Direct.in_ptx(gpu.ptx.target()) {
+        return Ok((Version::Direct, 1));
+    }
+    let c = choose_config(gpu, (m, n, k), usage)?;
+    Ok((Version::Tensor(c, acc), choose_split(gpu, c, m, n, k)?))
+}
+
 /// Kernel name, launch geometry and the shared memory it needs.
 fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
     let cfg = |tile_m: usize, tile_n: usize, threads: usize| LaunchConfig {
@@ -401,6 +464,11 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
         Version::Simt("smem") => cfg(SMEM_TILE, SMEM_TILE, SMEM_TILE * SMEM_TILE),
         Version::Simt("regblock") => cfg(RB_TILE, RB_TILE, RB_THREADS),
         Version::Simt(other) => bail!("unknown SIMT version {other}"),
+        Version::Direct => cfg(
+            DIRECT_WARP.0 * DIRECT_WARPS,
+            DIRECT_WARP.1,
+            32 * DIRECT_WARPS,
+        ),
         Version::Tensor(c, _) => {
             // Clusters stand along M: the grid holds whole ones, whose blocks past M read zeros
             // and store nothing.
@@ -473,10 +541,10 @@ pub fn launch_on(
     }
     let (k_slice, splits) = match v {
         Version::Tensor(c, _) => split_slices(p, c),
-        _ => {
+        Version::Simt(_) | Version::Direct => {
             ensure!(
                 p.split_k <= 1,
-                "split-K needs a tensor-core version, not {}",
+                "split-K needs a tensor-core tile version, not {}",
                 v.label()
             );
             (0, 1)
@@ -502,9 +570,10 @@ pub fn launch_on(
     let one_pass = hopper && blocks <= gpu.sm_count();
     let mut args = [arg(&params), arg(&ws), arg(&k_slice)];
     // SAFETY: the arguments are the kernel's parameters, in order and of its types (SIMT
-    // kernels take the first, the `#[repr(C)]` `Args`); the caller keeps the buffers alive.
+    // kernels take the first, the `#[repr(C)]` `Args`; the direct kernel all three, reading
+    // the first); the caller keeps the buffers alive.
     unsafe {
-        if matches!(v, Version::Tensor(..)) {
+        if !matches!(v, Version::Simt(_)) {
             cfg.grid_dim.2 = splits as u32;
             gpu.launch_ex(
                 stream,
@@ -544,9 +613,7 @@ fn sgd_of(v: Version, p: &Problem, ptrs: Ptrs) -> Result<gpu::gemm::Sgd> {
     let Some(SgdStep { lr, momentum }) = p.sgd else {
         return Ok(gpu::gemm::Sgd::NONE);
     };
-    if let Version::Tensor(c, _) = v {
-        ensure!(!c.is_wgmma(), "{} takes no SGD step", c.name);
-    }
+    ensure!(v.takes_sgd_step(), "{} takes no SGD step", v.label());
     ensure!(
         ptrs.master != 0 && ptrs.velocity != 0,
         "an SGD step needs the master weights and velocity"
@@ -939,7 +1006,7 @@ pub fn check_sgd(
 /// Accumulator precision a version uses, for its tolerance (SIMT versions accumulate in f32).
 pub fn accum_of(v: Version) -> Accum {
     match v {
-        Version::Simt(_) => Accum::F32,
+        Version::Simt(_) | Version::Direct => Accum::F32,
         Version::Tensor(_, a) => a,
     }
 }

@@ -78,6 +78,7 @@ pub const ROOFS: [(&str, usize, Accum); 4] = [
 pub fn gemm(v: Version, layout: Layout) -> String {
     match v {
         Version::Simt(s) => simt_kernel(s, layout),
+        Version::Direct => simt_kernel(&v.label(), layout),
         Version::Tensor(c, acc) => tensor_kernel(c, layout, acc),
     }
 }

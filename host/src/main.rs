@@ -198,8 +198,8 @@ const IRIS_DEFAULTS: TrainDefaults = TrainDefaults {
 
 #[derive(clap::Args)]
 struct GemmArgs {
-    /// Versions or configs to run (comma-separated: naive, smem, regblock, a config name such as
-    /// tc80_128x128x32_64x64_s4, optionally with _f16/_f32). Default: all this GPU runs.
+    /// Versions or configs to run (comma-separated: naive, smem, regblock, direct, a config name
+    /// such as tc80_128x128x32_64x64_s4, optionally with _f16/_f32). Default: all this GPU runs.
     #[arg(long, value_delimiter = ',')]
     config: Vec<String>,
     /// Accumulator for config names given without a suffix.

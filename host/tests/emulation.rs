@@ -66,7 +66,7 @@ fn sm75_ptx_trains_mnist_on_the_streamed_persistent_kernel() {
     };
     assert_eq!(g.form, form, "sm_75 module on sm_{}", g.sm);
     assert_eq!(g.ptx_choice(), "chosen with --ptx");
-    let newer = |v: &Version| matches!(v, Version::Tensor(c, _) if c.min_sm > 75);
+    let newer = |v: &Version| v.min_sm() > 75;
     assert!(!Version::all_for(&g).iter().any(newer));
     assert_eq!(
         gemm::choose_config(&g, (128, 128, 784), Usage::default())

@@ -1,6 +1,6 @@
 //! Every GEMM version × configuration × layout against the CPU reference, on shapes that are
 //! not multiples of any tile, with every epilogue option (GPU tests).
-use gpu::gemm::{Layout, SGD_DEEP, SGD_SHALLOW};
+use gpu::gemm::{Accum, Layout, SGD_DEEP, SGD_SHALLOW};
 use half::f16;
 use host::cuda::{Gpu, dptr};
 use host::gemm::{self, EpilogueInputs, Problem, Ptrs, SgdStep, Usage, Version, Weights, accum_of};
@@ -216,9 +216,7 @@ fn sgd_epilogue_steps_the_weights_on_every_version() {
         momentum: 0.9,
     });
     for v in Version::all_for(&g) {
-        if let Version::Tensor(c, _) = v
-            && c.is_wgmma()
-        {
+        if !v.takes_sgd_step() {
             let p = Problem {
                 sgd: step,
                 ..Problem::new(64, 64, 64, Layout::NN)
@@ -403,6 +401,53 @@ fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
         p.split_k = 2;
         let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
         assert!(e.to_string().contains("does not split K"), "{e}");
+    }
+}
+
+/// A product of one K step (the MLP's input gradient through its output layer) runs on the
+/// direct rung where the PTX holds it, unless it takes an SGD step; the rung matches the CPU on
+/// such products in every layout: whole 16-byte chunks with the gate and bias (K = 10, 1, 16),
+/// edges that are not multiples of its warp tile, padded or odd leading dimensions, and beta.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn products_of_one_k_step_take_the_direct_rung() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(8);
+    let chosen = |k, steps| {
+        let usage = Usage {
+            steps,
+            ..Usage::default()
+        };
+        gemm::choose_version(&g, (128, 4096, k), usage, Accum::F16)
+            .unwrap()
+            .0
+    };
+    if !Version::all_for(&g).contains(&Version::Direct) {
+        assert!(matches!(chosen(10, false), Version::Tensor(..)));
+        return;
+    }
+    assert_eq!(chosen(10, false), Version::Direct);
+    assert_eq!(chosen(16, false), Version::Direct);
+    assert!(matches!(chosen(17, false), Version::Tensor(..)));
+    assert!(matches!(chosen(10, true), Version::Tensor(..)));
+    let v = Version::Direct;
+    for layout in Layout::ALL {
+        for (m, n, k) in [(128, 4096, 10), (64, 256, 1), (96, 160, 16), (130, 100, 10)] {
+            let p = Problem {
+                relu: true,
+                ..Problem::new(m, n, k, layout)
+            };
+            check_one(&g, v, &p, &mut rng);
+        }
+        let mut p = Problem::new(70, 96, 9, layout);
+        (p.lda, p.ldb, p.ldc) = (p.lda + 3, p.ldb + 1, p.ldc + 8);
+        p.relu = true;
+        check_one(&g, v, &p, &mut rng);
+        let p = Problem {
+            beta: 1.0,
+            ..Problem::new(64, 64, 12, layout)
+        };
+        check_one(&g, v, &p, &mut rng);
     }
 }
 

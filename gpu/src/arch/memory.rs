@@ -14,6 +14,16 @@ pub fn ld_global_v4(p: *const u8) -> [u32; 4] {
     [r0, r1, r2, r3]
 }
 
+/// 16-byte store to global memory (the address must be 16-byte aligned).
+#[inline(always)]
+pub fn st_global_v4(p: *mut u8, v: [u32; 4]) {
+    unsafe {
+        asm!("st.global.v4.u32 [{p}], {{{v0}, {v1}, {v2}, {v3}}};",
+             p = in(reg64) p, v0 = in(reg32) v[0], v1 = in(reg32) v[1], v2 = in(reg32) v[2],
+             v3 = in(reg32) v[3], options(nostack));
+    }
+}
+
 /// Loads that bypass L1 (`.cg`): for values other SMs wrote during this launch.
 #[inline(always)]
 pub fn ld_global_cg_u32(p: *const u32) -> u32 {

@@ -2,7 +2,7 @@
 //! or, with an [`Sgd`] step, that product taken as the gradient of the weights C holds.
 //!
 //! Every version has the same kernel signature (see [`Args`]) and one kernel per operand layout
-//! ([`Layout`]), named `gemm_<version>_<layout>` (SIMT versions) or
+//! ([`Layout`]), named `gemm_<version>_<layout>` (SIMT versions and the direct rung) or
 //! `gemm_<config>_<layout>_<acc>` (tensor-core versions, one per entry of [`TILE_CONFIGS`]).
 //!
 //! Storage is row-major throughout: `op(A)` is M×K, stored `[M][lda]` or, transposed, `[K][lda]`;
@@ -15,6 +15,8 @@
 //! takes their SGD step, writing the new fp16 copy to C. On one GPU an MLP's weights take their
 //! update this way, with no gradient written and read back.
 
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod direct;
 #[cfg(target_arch = "nvptx64")]
 mod roof;
 #[cfg(target_arch = "nvptx64")]
@@ -108,6 +110,14 @@ pub const RB_K: usize = 16;
 pub const RB_MICRO: usize = 4;
 /// Threads of the register-blocked version: one per micro-tile.
 pub const RB_THREADS: usize = (RB_TILE / RB_MICRO) * (RB_TILE / RB_MICRO);
+
+/// The direct rung (`gemm_direct_<layout>`, sm_80+): the warp tile (M, N) each warp computes
+/// from fragments it loads straight from global memory, and the warps of a block, stacked
+/// along M.
+pub const DIRECT_WARP: (usize, usize) = (16, 32);
+pub const DIRECT_WARPS: usize = 4;
+/// The lowest compute capability (×10) of the direct rung: `m16n8k16`.
+pub const DIRECT_MIN_SM: u32 = 80;
 
 /// One tensor-core kernel configuration, named as CUTLASS names the GEMM hierarchy.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -247,7 +257,7 @@ macro_rules! config_table {
 }
 tile_configs!(config_table);
 
-/// Kernel name of a SIMT version for a layout.
+/// Kernel name of a SIMT version (or of the direct rung, `"direct"`) for a layout.
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn simt_kernel(version: &str, layout: Layout) -> String {
     format!("gemm_{version}_{}", layout.suffix())

@@ -631,7 +631,7 @@ fn store_fragment(p: Args, i: u32, j: u32, v: [f32; 4]) {
 /// inlined, its branches would double the PTX of every kernel.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-fn store_pair_out_of_line(
+pub(super) fn store_pair_out_of_line(
     c: *mut u16,
     ldc: u32,
     m: u32,

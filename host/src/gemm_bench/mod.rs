@@ -226,10 +226,9 @@ fn shape_rows(
         steps: p.sgd.is_some(),
         ..Usage::default()
     };
-    let cfg = gemm::choose_config(gpu, (p.m, p.n, p.k), usage)?;
-    let split = gemm::choose_split(gpu, cfg, p.m, p.n, p.k)?;
+    let (v, split) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, Accum::F16)?;
     if split > 1 {
-        let (name, ms, c) = split_run(Version::Tensor(cfg, Accum::F16), split)?;
+        let (name, ms, c) = split_run(v, split)?;
         rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
     }
     Ok(())

@@ -211,11 +211,8 @@ impl<'g> Mlp<'g> {
                     split_k: 1,
                 },
                 None => {
-                    let c = gemm::choose_config(gpu, (m, n, k), usage)?;
-                    Plan {
-                        version: Version::Tensor(c, acc),
-                        split_k: gemm::choose_split(gpu, c, m, n, k)?,
-                    }
+                    let (version, split_k) = gemm::choose_version(gpu, (m, n, k), usage, acc)?;
+                    Plan { version, split_k }
                 }
             })
         };
@@ -375,12 +372,10 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
-    /// Whether [`Mlp::backward`] can take the SGD step of a training step: the `wgmma` GEMMs
-    /// (a forced `--config`) take none.
+    /// Whether [`Mlp::backward`] can take the SGD step of a training step: the `wgmma` and
+    /// direct GEMMs (a forced `--config`) take none.
     pub fn steps_in_backward(&self) -> bool {
-        self.plans[0]
-            .iter()
-            .all(|p| !matches!(p[1].version, Version::Tensor(c, _) if c.is_wgmma()))
+        self.plans[0].iter().all(|p| p[1].version.takes_sgd_step())
     }
 
     /// Where the gradient of the parameters at `off` goes: to `g16`, or with `step` into their
