@@ -437,7 +437,8 @@ const DIRECT_K: usize = 16;
 
 /// The version and K split the host runs an M×N×K product with when none is forced: the
 /// direct rung for a product of one K step that takes no SGD step, where the PTX holds it
-/// (`docs/gemm.md` has the measurement); else [`choose_config`]'s tile, split as
+/// (`docs/gemm.md` has the measurement; it accumulates in fp32 whatever `acc` asks, which one
+/// k step does not make slower); else [`choose_config`]'s tile with `acc`, split as
 /// [`choose_split`] says.
 pub fn choose_version(
     gpu: &Gpu,
