@@ -561,6 +561,37 @@ pub fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
     }
 }
 
+/// A second stream of the GPU's context, for work that runs beside the GPU's stream, and the
+/// events that fork work onto it and join it back. Its default priority is below the GPU's
+/// stream's: where both have blocks waiting, the GPU's stream's take freed SMs first.
+pub struct SideStream {
+    pub stream: Arc<CudaStream>,
+    fork: CudaEvent,
+    join: CudaEvent,
+}
+
+impl SideStream {
+    pub fn new(gpu: &Gpu) -> Result<SideStream> {
+        Ok(SideStream {
+            stream: gpu.ctx.new_stream()?,
+            fork: gpu.ctx.new_event(None)?,
+            join: gpu.ctx.new_event(None)?,
+        })
+    }
+
+    /// Makes this stream wait for the work queued so far on the GPU's stream.
+    pub fn fork(&self, gpu: &Gpu) -> Result<()> {
+        self.fork.record(&gpu.stream)?;
+        Ok(self.stream.wait(&self.fork)?)
+    }
+
+    /// Makes the GPU's stream wait for the work queued so far on this one.
+    pub fn join(&self, gpu: &Gpu) -> Result<()> {
+        self.join.record(&self.stream)?;
+        Ok(gpu.stream.wait(&self.join)?)
+    }
+}
+
 /// Elapsed GPU time between two points of the stream.
 pub struct Timer {
     start: CudaEvent,

@@ -14,6 +14,7 @@ use gpu::gemm::{
     SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS, TileConfig,
 };
 use half::f16;
+use std::sync::Arc;
 
 /// One rung of the ladder.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -721,11 +722,17 @@ fn tensor_maps(c: &TileConfig, p: &Problem, ptrs: Ptrs) -> Result<TensorMaps> {
     })
 }
 
-/// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons.
-pub fn launch_bias_act(gpu: &Gpu, p: &Problem, c: u64, bias: u64) -> Result<()> {
+/// The separate epilogue kernel (bias, ReLU) that follows a cuBLAS GEMM in comparisons, on
+/// `stream`.
+pub fn launch_bias_act(
+    gpu: &Gpu,
+    stream: &CudaStream,
+    p: &Problem,
+    (c, bias): (u64, u64),
+) -> Result<()> {
     let f = gpu.function(kernels::BIAS_ACT_F16)?;
     let (ldc, m, n, relu) = (p.ldc as u32, p.m as u32, p.n as u32, p.relu as u32);
-    let mut b = gpu.stream.launch_builder(&f);
+    let mut b = stream.launch_builder(&f);
     b.arg(&c).arg(&ldc).arg(&m).arg(&n).arg(&bias).arg(&relu);
     unsafe { b.launch(crate::cuda::grid_1d(p.m * p.n, 256)) }?;
     Ok(())
@@ -763,21 +770,33 @@ pub fn launch_roof(
     Ok(())
 }
 
-/// cuBLAS on the GPU's stream, computing the same row-major problem (alpha and beta only:
-/// bias and ReLU are what [`launch_bias_act`] adds).
+/// cuBLAS on one stream, computing the same row-major problem (alpha and beta only: bias and
+/// ReLU are what [`launch_bias_act`] adds).
 pub struct Cublas {
     blas: CudaBlas,
+    stream: Arc<CudaStream>,
 }
 
 impl Cublas {
+    /// cuBLAS on the GPU's stream.
     pub fn new(gpu: &Gpu) -> Result<Cublas> {
+        Cublas::on(gpu.stream.clone())
+    }
+
+    /// cuBLAS on `stream`.
+    pub fn on(stream: Arc<CudaStream>) -> Result<Cublas> {
         let blas = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            CudaBlas::new(gpu.stream.clone())
+            CudaBlas::new(stream.clone())
         }))
         .map_err(|_| {
             anyhow::anyhow!("cuBLAS could not be loaded (libcublas not found on the library path)")
         })??;
-        Ok(Cublas { blas })
+        Ok(Cublas { blas, stream })
+    }
+
+    /// The stream its calls queue on.
+    pub fn stream(&self) -> &CudaStream {
+        &self.stream
     }
 
     /// Row-major `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`, so B goes first.

@@ -4,7 +4,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use gpu::gemm::Accum;
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
-use host::gemm_bench::{self, Shape};
+use host::gemm_bench::{self, Entry};
 use host::ptx;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -205,10 +205,11 @@ struct GemmArgs {
     /// Accumulator for config names given without a suffix.
     #[arg(long, default_value = "f16", value_parser = parse_accum)]
     accum: Accum,
-    /// Problem sizes as MxNxK (comma-separated; NN layout) or names of default shapes
-    /// (square256 … square8192; mlp128.fwd1, .fwd2, .dx2, .dw2, .dw1; the same for mlp4096 and
-    /// mlp8192).
-    /// Default: all the default shapes.
+    /// Problem sizes as MxNxK (comma-separated; NN layout) or names: square256 … square8192;
+    /// the MNIST MLP's products at hidden width H, mlpH.fwd1, .fwd2, .dx2, .dw2, .dw1 (batch
+    /// 128; mlpHbB.fwd1 and so on at batch B); its weight gradients run together as the step
+    /// runs them, mlpH.dw2+dw1 (cuBLAS's pair against the host's own tiles, whatever --config
+    /// says). Default: the squares, and the MLP's products and pairs at H = 128, 4096, 8192.
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<String>,
     /// Also run every tensor-core `mma.sync` version with K split over each of these numbers
@@ -297,12 +298,12 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
         .iter()
         .map(|c| Version::parse(c, a.accum))
         .collect::<Result<Vec<_>>>()?;
-    let shapes = if a.sizes.is_empty() {
-        gemm_bench::default_shapes()
+    let entries = if a.sizes.is_empty() {
+        gemm_bench::default_entries()
     } else {
         a.sizes
             .iter()
-            .map(|s| Shape::parse(s))
+            .map(|s| Entry::parse(s))
             .collect::<Result<_>>()?
     };
     for v in &versions {
@@ -320,7 +321,7 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
     let rows = gemm_bench::run(
         gpu,
         (&versions, &splits),
-        &shapes,
+        &entries,
         a.simt_max,
         budget,
         &mut std::io::stdout(),

@@ -1,8 +1,9 @@
 //! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
 mod operands;
+mod pair;
 mod shapes;
 
-pub use shapes::{Epilogue, Shape, default_shapes};
+pub use shapes::{Entry, Epilogue, Pair, Shape, default_entries, default_shapes};
 
 use crate::cuda::{Gpu, dptr};
 use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Usage, Version, accum_of};
@@ -14,7 +15,8 @@ use operands::Operands;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::io::Write;
 
-/// One measured row of the table.
+/// One measured row of the table. A pair's row has the dimensions of its `main` product and
+/// the FLOPs of both.
 pub struct Row {
     pub version: String,
     pub shape: String,
@@ -111,7 +113,7 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
 pub fn run(
     gpu: &Gpu,
     (versions, splits): (&[Version], &[usize]),
-    shapes: &[Shape],
+    entries: &[Entry],
     simt_max: usize,
     budget_ms: f64,
     out: &mut dyn Write,
@@ -134,8 +136,11 @@ pub fn run(
         "{:<40} {:<14} {:>5} {:>5} {:>5} {:>9} {:>8} {:>8} {:>9}",
         "version", "shape", "M", "N", "K", "time_ms", "TFLOP/s", "%cuBLAS", "max_err"
     )?;
-    for shape in shapes {
-        shape_rows(gpu, &bench, shape, &mut rng, out, &mut rows)?;
+    for entry in entries {
+        match entry {
+            Entry::One(shape) => shape_rows(gpu, &bench, shape, &mut rng, out, &mut rows)?,
+            Entry::Pair(pair) => pair::rows(gpu, &bench, pair, &mut rng, out, &mut rows)?,
+        }
     }
     Ok(rows)
 }
@@ -185,7 +190,7 @@ fn shape_rows(
             Epilogue::None | Epilogue::Gate => "",
         };
         let name = format!("cublas_{}{then}", compute.suffix());
-        rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+        rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
     }
 
     // `v` with K split over `split` slices (tensor-core `mma.sync` versions only): the row's
@@ -212,11 +217,17 @@ fn shape_rows(
             continue;
         }
         let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &p, ptrs))?;
-        rows.push(row(out, v.label(), label, &p, ms, cublas_ms, &c)?);
+        rows.push(row(
+            out,
+            (v.label(), label),
+            (&p).into(),
+            (ms, cublas_ms),
+            &c,
+        )?);
         if matches!(v, Version::Tensor(c, _) if !c.is_wgmma()) {
             for &split in &bench.splits {
                 let (name, ms, c) = split_run(v, split)?;
-                rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+                rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
             }
         }
     }
@@ -229,28 +240,43 @@ fn shape_rows(
     let (v, split) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, Accum::F16)?;
     if split > 1 {
         let (name, ms, c) = split_run(v, split)?;
-        rows.push(row(out, name, label, &p, ms, cublas_ms, &c)?);
+        rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
     }
     Ok(())
 }
 
+/// What a row computes: the dimensions it shows and the FLOPs its time covers.
+#[derive(Clone, Copy)]
+struct Work {
+    dims: (usize, usize, usize),
+    flops: f64,
+}
+
+impl From<&Problem> for Work {
+    fn from(p: &Problem) -> Work {
+        Work {
+            dims: (p.m, p.n, p.k),
+            flops: p.flops(),
+        }
+    }
+}
+
 fn row(
     out: &mut dyn Write,
-    version: String,
-    shape: &str,
-    p: &Problem,
-    ms: f64,
-    cublas_ms: f64,
+    (version, shape): (String, &str),
+    work: Work,
+    (ms, cublas_ms): (f64, f64),
     c: &Check,
 ) -> Result<Row> {
+    let (m, n, k) = work.dims;
     let r = Row {
         version,
         shape: shape.to_string(),
-        m: p.m,
-        n: p.n,
-        k: p.k,
+        m,
+        n,
+        k,
         ms,
-        tflops: p.flops() / ms / 1e9,
+        tflops: work.flops / ms / 1e9,
         vs_cublas: 100.0 * cublas_ms / ms,
         max_err: c.max_err,
         ok: c.failures == 0,

@@ -168,14 +168,14 @@ impl Operands {
     }
 
     /// cuBLAS's product with `compute`, and the separate kernel of the epilogue where the
-    /// project has one.
+    /// project has one, both on `blas`'s stream.
     pub(super) fn cublas(&self, gpu: &Gpu, blas: &Cublas, compute: Accum) -> Result<()> {
         let ptrs = self.ptrs(gpu);
         match self.epilogue {
             Epilogue::None | Epilogue::Gate => blas.gemm(&self.p, ptrs, compute),
             Epilogue::BiasRelu => {
                 blas.gemm(&self.p, ptrs, compute)?;
-                gemm::launch_bias_act(gpu, &self.p, ptrs.c, ptrs.bias)
+                gemm::launch_bias_act(gpu, blas.stream(), &self.p, (ptrs.c, ptrs.bias))
             }
             Epilogue::Step => {
                 let gradient = self
@@ -194,7 +194,7 @@ impl Operands {
                     lr: STEP.lr,
                     momentum: STEP.momentum,
                 };
-                sgd_update(gpu, &gpu.stream, update)
+                sgd_update(gpu, blas.stream(), update)
             }
         }
     }

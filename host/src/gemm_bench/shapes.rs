@@ -1,4 +1,5 @@
-//! The table's problems: squares and the MLP's products, each with its epilogue.
+//! The table's problems: squares and the MLP's products, each with its epilogue, and the pairs
+//! of products the step runs at the same time.
 use crate::gemm::{Problem, SgdStep};
 use crate::mlp::model::stride;
 use anyhow::{Result, anyhow, bail};
@@ -28,11 +29,43 @@ pub enum Epilogue {
     Step,
 }
 
+/// Two of the step's products that run at the same time, as the layered step runs its weight
+/// gradients: `beside` on a second stream, queued first, and `main` on the GPU's stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pair {
+    pub name: String,
+    pub beside: Shape,
+    pub main: Shape,
+}
+
+/// What one name of the table stands for: a product alone, or a pair run together.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    One(Shape),
+    Pair(Pair),
+}
+
+impl Entry {
+    /// A pair's name (`mlp4096.dw2+dw1`), else [`Shape::parse`].
+    pub fn parse(s: &str) -> Result<Entry> {
+        match parse_mlp(s) {
+            Some((h, b, "dw2+dw1")) => Ok(Entry::Pair(mlp_pair(h, b))),
+            _ => Shape::parse(s).map(Entry::One),
+        }
+    }
+}
+
 /// The step the `Step` shapes take.
 pub(super) const STEP: SgdStep = SgdStep {
     lr: 1e-4,
     momentum: 0.9,
 };
+
+/// The batch of the default MLP shapes, which their names leave out.
+const BATCH: usize = 128;
+
+/// The MLP's products by name.
+const PRODUCTS: [&str; 5] = ["fwd1", "fwd2", "dx2", "dw2", "dw1"];
 
 impl Shape {
     fn new(name: String, problem: Problem, epilogue: Epilogue) -> Shape {
@@ -43,10 +76,20 @@ impl Shape {
         }
     }
 
-    /// A default shape by name, or `MxNxK` (NN layout, packed, no epilogue).
+    /// A square's name, an MLP product's (`mlp<H>[b<B>].<product>`, any width and batch), or
+    /// `MxNxK` (NN layout, packed, no epilogue).
     pub fn parse(s: &str) -> Result<Shape> {
         if let Some(shape) = default_shapes().into_iter().find(|d| d.name == s) {
             return Ok(shape);
+        }
+        if let Some((h, b, product)) = parse_mlp(s) {
+            return mlp_product(h, b, product).ok_or_else(|| {
+                anyhow!(
+                    "{s:?}: no product {product:?} (the MLP's are {}, and the pair \
+                         dw2+dw1)",
+                    PRODUCTS.join(", ")
+                )
+            });
         }
         let d: Vec<usize> = s
             .split('x')
@@ -70,69 +113,123 @@ impl Shape {
     }
 }
 
-/// Default sizes: squares 256…8192 and the GEMMs of a training step of the MNIST MLP (batch
-/// 128, 784-H-10 at H = 128, 4096 and 8192) as the layered step runs them: activations and
-/// their gradients in rows padded to whole 16-byte chunks (the 10 logits' to 16), each
-/// product's epilogue fused.
+/// `mlp<H>[b<B>].<rest>` as (H, B, rest), B 128 where left out; both positive.
+fn parse_mlp(s: &str) -> Option<(usize, usize, &str)> {
+    let (dims, rest) = s.strip_prefix("mlp")?.split_once('.')?;
+    let (h, b) = match dims.split_once('b') {
+        Some((h, b)) => (h.parse().ok()?, b.parse().ok()?),
+        None => (dims.parse().ok()?, BATCH),
+    };
+    (h > 0 && b > 0).then_some((h, b, rest))
+}
+
+/// The names' prefix of the MLP's products at hidden `h` and batch `b`.
+fn mlp_prefix(h: usize, b: usize) -> String {
+    match b {
+        BATCH => format!("mlp{h}"),
+        _ => format!("mlp{h}b{b}"),
+    }
+}
+
+/// Default sizes: squares 256…8192 and the MLP's products at hidden 128, 4096 and 8192
+/// ([`mlp_shapes`] at batch 128).
 pub fn default_shapes() -> Vec<Shape> {
     let mut v = Vec::new();
     for s in [256, 512, 1024, 2048, 4096, 8192] {
         let p = Problem::new(s, s, s, Layout::NN);
         v.push(Shape::new(format!("square{s}"), p, Epilogue::None));
     }
-    let (b, i, o) = (128, 784, 10);
     for h in [128, 4096, 8192] {
-        for (product, p, epilogue) in [
-            (
-                "fwd1",
-                Problem {
-                    lda: stride(i),
-                    ldc: stride(h),
-                    ..Problem::new(b, h, i, Layout::NT)
-                },
-                Epilogue::BiasRelu,
-            ),
-            (
-                "fwd2",
-                Problem {
-                    lda: stride(h),
-                    ldc: stride(o),
-                    ..Problem::new(b, o, h, Layout::NT)
-                },
-                Epilogue::None,
-            ),
-            (
-                "dx2",
-                Problem {
-                    lda: stride(o),
-                    ldc: stride(h),
-                    ..Problem::new(b, h, o, Layout::NN)
-                },
-                Epilogue::Gate,
-            ),
-            (
-                "dw2",
-                Problem {
-                    lda: stride(o),
-                    ldb: stride(h),
-                    ..Problem::new(o, h, b, Layout::TN)
-                },
-                Epilogue::Step,
-            ),
-            (
-                "dw1",
-                Problem {
-                    lda: stride(h),
-                    ldb: stride(i),
-                    ..Problem::new(h, i, b, Layout::TN)
-                },
-                Epilogue::Step,
-            ),
-        ] {
-            v.push(Shape::new(format!("mlp{h}.{product}"), p, epilogue));
-        }
+        v.extend(mlp_shapes(h, BATCH));
     }
     v
+}
+
+/// The table's entries by default: [`default_shapes`], then [`default_pairs`].
+pub fn default_entries() -> Vec<Entry> {
+    let ones = default_shapes().into_iter().map(Entry::One);
+    ones.chain(default_pairs().into_iter().map(Entry::Pair))
+        .collect()
+}
+
+/// The weight gradients' pairs at the default shapes' widths.
+pub fn default_pairs() -> Vec<Pair> {
+    [128, 4096, 8192]
+        .into_iter()
+        .map(|h| mlp_pair(h, BATCH))
+        .collect()
+}
+
+/// The MLP's two weight gradients at hidden `h` and batch `b`: the output layer's beside the
+/// first layer's, as the step runs them.
+fn mlp_pair(h: usize, b: usize) -> Pair {
+    let product = |name| mlp_product(h, b, name).expect("dw1 and dw2 are among PRODUCTS");
+    Pair {
+        name: format!("{}.dw2+dw1", mlp_prefix(h, b)),
+        beside: product("dw2"),
+        main: product("dw1"),
+    }
+}
+
+/// One of [`mlp_shapes`] by its product's name.
+fn mlp_product(h: usize, b: usize, product: &str) -> Option<Shape> {
+    let i = PRODUCTS.iter().position(|&p| p == product)?;
+    mlp_shapes(h, b).into_iter().nth(i)
+}
+
+/// The GEMMs of a training step of the MNIST MLP (784-`h`-10, batch `b`) as the layered step
+/// runs them, in [`PRODUCTS`]' order: activations and their gradients in rows padded to whole
+/// 16-byte chunks (the 10 logits' to 16), each product's epilogue fused.
+pub fn mlp_shapes(h: usize, b: usize) -> Vec<Shape> {
+    let (i, o) = (784, 10);
+    let problems = [
+        (
+            Problem {
+                lda: stride(i),
+                ldc: stride(h),
+                ..Problem::new(b, h, i, Layout::NT)
+            },
+            Epilogue::BiasRelu,
+        ),
+        (
+            Problem {
+                lda: stride(h),
+                ldc: stride(o),
+                ..Problem::new(b, o, h, Layout::NT)
+            },
+            Epilogue::None,
+        ),
+        (
+            Problem {
+                lda: stride(o),
+                ldc: stride(h),
+                ..Problem::new(b, h, o, Layout::NN)
+            },
+            Epilogue::Gate,
+        ),
+        (
+            Problem {
+                lda: stride(o),
+                ldb: stride(h),
+                ..Problem::new(o, h, b, Layout::TN)
+            },
+            Epilogue::Step,
+        ),
+        (
+            Problem {
+                lda: stride(h),
+                ldb: stride(i),
+                ..Problem::new(h, i, b, Layout::TN)
+            },
+            Epilogue::Step,
+        ),
+    ];
+    let prefix = mlp_prefix(h, b);
+    PRODUCTS
+        .iter()
+        .zip(problems)
+        .map(|(name, (p, e))| Shape::new(format!("{prefix}.{name}"), p, e))
+        .collect()
 }
 
 #[cfg(test)]
@@ -148,7 +245,18 @@ mod tests {
         let s = Shape::parse("64x32x16").unwrap();
         let packed = Problem::new(64, 32, 16, Layout::NN);
         assert_eq!(s, Shape::new("64x32x16".into(), packed, Epilogue::None));
-        for bad in ["64x32", "64x0x16", "big", "1x2x3x4"] {
+        let wide = Shape::parse("mlp2048b512.fwd1").unwrap().problem;
+        assert_eq!((wide.m, wide.n, wide.k, wide.ldc), (512, 2048, 784, 2048));
+        let named = Shape::parse("mlp4096b128.dw1").unwrap();
+        assert_eq!(named.problem, Shape::parse("mlp4096.dw1").unwrap().problem);
+        for bad in [
+            "64x32",
+            "64x0x16",
+            "big",
+            "1x2x3x4",
+            "mlp0.fwd1",
+            "mlp128b.fwd1",
+        ] {
             let e = Shape::parse(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("{bad:?}")), "{e}");
         }
@@ -169,5 +277,30 @@ mod tests {
         assert_eq!(dw2.epilogue, Epilogue::Step);
         let fwd2 = Shape::parse("mlp128.fwd2").unwrap().problem;
         assert_eq!((fwd2.n, fwd2.ldc), (10, 16));
+    }
+
+    /// A pair's name gives the step's two weight gradients, the output layer's on the second
+    /// stream; any other name parses as one shape.
+    #[test]
+    fn pairs_are_the_steps_weight_gradients_side_by_side() {
+        let Entry::Pair(pair) = Entry::parse("mlp8192.dw2+dw1").unwrap() else {
+            panic!("mlp8192.dw2+dw1 is not a pair");
+        };
+        assert_eq!(pair.beside, Shape::parse("mlp8192.dw2").unwrap());
+        assert_eq!(pair.main, Shape::parse("mlp8192.dw1").unwrap());
+        let one = Entry::parse("mlp8192.dw2").unwrap();
+        assert_eq!(one, Entry::One(Shape::parse("mlp8192.dw2").unwrap()));
+        assert!(Entry::parse("mlp8192.dw1+dw2").is_err());
+        let Entry::Pair(wide) = Entry::parse("mlp1024b512.dw2+dw1").unwrap() else {
+            panic!("mlp1024b512.dw2+dw1 is not a pair");
+        };
+        assert_eq!(wide.main, Shape::parse("mlp1024b512.dw1").unwrap());
+        let e = Shape::parse("mlp128.fwd3").unwrap_err().to_string();
+        assert!(e.contains("\"fwd3\"") && e.contains("dw2+dw1"), "{e}");
+        let pairs = default_entries()
+            .into_iter()
+            .filter(|e| matches!(e, Entry::Pair(_)))
+            .count();
+        assert_eq!(pairs, 3);
     }
 }

@@ -1,17 +1,16 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
-use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, SideStream, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
-use cudarc::driver::{CudaEvent, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::Sgd;
 use gpu::gemm::{Accum, Layout};
 use gpu::layout::CHUNK;
 use gpu::params::{BiasGrad, SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
-use std::sync::Arc;
 
 /// Weight initialisation schemes (biases start at zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -97,12 +96,9 @@ pub struct Mlp<'g> {
     beside: Beside,
 }
 
-/// A second stream, the events that fork work onto it from the GPU's stream and join it back,
-/// and the split-K workspace of the GEMMs it runs.
+/// A second stream and the split-K workspace of the GEMMs it runs.
 struct Beside {
-    stream: Arc<CudaStream>,
-    fork: CudaEvent,
-    join: CudaEvent,
+    side: SideStream,
     ws: Buf<f32>,
 }
 
@@ -110,7 +106,7 @@ impl Drop for Beside {
     /// Work forked onto the stream writes buffers of the arena, which outlives the model: it
     /// must end first.
     fn drop(&mut self) {
-        let _ = self.stream.synchronize();
+        let _ = self.side.stream.synchronize();
     }
 }
 
@@ -265,9 +261,7 @@ impl<'g> Mlp<'g> {
             train_rows,
             ws,
             beside: Beside {
-                stream: gpu.ctx.new_stream()?,
-                fork: gpu.ctx.new_event(None)?,
-                join: gpu.ctx.new_event(None)?,
+                side: SideStream::new(gpu)?,
                 ws: arena.alloc(ws_len[1])?,
             },
         })
@@ -408,9 +402,7 @@ impl<'g> Mlp<'g> {
         let mut forked = false;
         let queued = self.queue_backward(x, rows, step, &mut forked);
         if forked {
-            let b = &self.beside;
-            b.join.record(&b.stream)?;
-            self.gpu.stream.wait(&b.join)?;
+            self.beside.side.join(self.gpu)?;
         }
         queued
     }
@@ -424,7 +416,7 @@ impl<'g> Mlp<'g> {
         forked: &mut bool,
     ) -> Result<()> {
         let main = (&*self.gpu.stream, self.ws.ptr);
-        let beside = (&*self.beside.stream, self.beside.ws.ptr);
+        let beside = (&*self.beside.side.stream, self.beside.ws.ptr);
         for l in (0..self.layers()).rev() {
             if l > 0 {
                 self.input_gradient(l, x, rows)?;
@@ -511,10 +503,7 @@ impl<'g> Mlp<'g> {
 
     /// Makes the second stream wait for the work queued so far on the GPU's stream.
     fn fork(&self) -> Result<()> {
-        let b = &self.beside;
-        b.fork.record(&self.gpu.stream)?;
-        b.stream.wait(&b.fork)?;
-        Ok(())
+        self.beside.side.fork(self.gpu)
     }
 
     /// One SGD step over every parameter from the gradients in `g16`, in one launch.
