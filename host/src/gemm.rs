@@ -359,7 +359,8 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
     })
 }
 
-/// The smallest tile a GEMM beside another kernel takes ([`choose_config`]).
+/// The smallest tile a GEMM beside another kernel takes where smaller ones would give more
+/// than half the SMs a block ([`choose_config`]).
 const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 
 /// How a GEMM runs, besides its dimensions, where that changes the configuration the host
@@ -378,9 +379,11 @@ pub struct Usage {
 /// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
 /// barriers; a short K pays for zero-filled depth instead).
 ///
-/// `usage.beside`: another kernel runs at the same time, on another stream. Then no tile under
-/// 64×64 takes part: small tiles' many blocks spread over every SM and keep the other kernel's
-/// large blocks out, which measured slower although the GEMM alone ran faster (`docs/gemm.md`).
+/// `usage.beside`: another kernel runs at the same time, on another stream. Then a tile under
+/// 64×64 takes part only where its tiles number at most half the SMs: more of them spread over
+/// nearly every SM and keep the other kernel's large blocks out, which measured slower although
+/// the GEMM alone ran faster; fewer leave the other kernel SMs of its own, and finish sooner
+/// (`docs/gemm.md`).
 ///
 /// `usage.steps`: the epilogue takes an SGD step. Then only tiles whose threads keep
 /// [`SGD_DEEP`] quads of master weights and velocity in flight take part: at a short K those 16
@@ -403,12 +406,14 @@ pub fn choose_config(
     };
     let best_sm = mma_sync().map(|c| c.min_sm).max();
     let area = |c: &TileConfig| c.block.0 * c.block.1;
+    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    let beside_ok =
+        |c: &TileConfig| area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1 || 2 * tiles(c) <= sms;
     let usable: Vec<_> = mma_sync()
         .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
-        .filter(|c| !usage.beside || area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1)
+        .filter(|c| !usage.beside || beside_ok(c))
         .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
         .collect();
-    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     let depth = |c: &TileConfig| {
         let bk = c.block.2 as isize;
         if c.block.2 <= k { bk } else { -bk }

@@ -451,11 +451,11 @@ fn products_of_one_k_step_take_the_direct_rung() {
     }
 }
 
-/// Tiles under 64×64 give a small output more blocks, but a GEMM beside another kernel takes
-/// none of them.
+/// Tiles under 64×64 give a small output more blocks; a GEMM beside another kernel takes them
+/// only where they number at most half the SMs.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn gemms_beside_another_kernel_take_no_small_tiles() {
+fn gemms_beside_another_kernel_take_small_tiles_on_half_the_sms_at_most() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let sms = g.sm_count() as usize;
     let area = |shape, beside| {
@@ -466,11 +466,17 @@ fn gemms_beside_another_kernel_take_no_small_tiles() {
         let c = gemm::choose_config(&g, shape, usage).unwrap();
         c.block.0 * c.block.1
     };
-    // Four 64×64 tiles; 64×64 tiles for all but four SMs, which 32×32 ones fill.
-    for shape in [(64, 256, 128), (64, 64 * (sms - 4), 128)] {
+    // 32×32 tiles for half the SMs, and for one more.
+    let half = sms / 2;
+    for (tiles, small_beside) in [(half, true), (half + 1, false)] {
+        let shape = (32, 32 * tiles, 128);
         assert!(area(shape, false) < 64 * 64, "{shape:?}");
-        assert!(area(shape, true) >= 64 * 64, "{shape:?}");
+        assert_eq!(area(shape, true) < 64 * 64, small_beside, "{shape:?}");
     }
+    // 64×64 tiles for all but four SMs, which 32×32 ones fill: four to an SM.
+    let shape = (64, 64 * (sms - 4), 128);
+    assert!(area(shape, false) < 64 * 64, "{shape:?}");
+    assert!(area(shape, true) >= 64 * 64, "{shape:?}");
 }
 
 /// A GEMM that takes an SGD step runs on a tile whose threads keep the deep epilogue's quads in
