@@ -371,6 +371,20 @@ pub struct Usage {
     pub beside: bool,
     /// The epilogue takes an SGD step ([`Problem::sgd`]).
     pub steps: bool,
+    /// A's and B's rows start 16-byte aligned (leading dimensions of multiples of 8 elements,
+    /// from aligned addresses), so that the copy engine can read them for the `wgmma` rungs.
+    pub copy_engine: bool,
+}
+
+impl Usage {
+    /// A product's usage whose operands have leading dimensions `lda` and `ldb`, from
+    /// 16-byte-aligned addresses.
+    pub fn aligned(lda: usize, ldb: usize) -> Usage {
+        Usage {
+            copy_engine: lda.is_multiple_of(8) && ldb.is_multiple_of(8),
+            ..Usage::default()
+        }
+    }
 }
 
 /// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
@@ -390,8 +404,8 @@ pub struct Usage {
 /// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
-/// The `wgmma` rungs are not among them: they run by name (`--config`), and the MLP's steps
-/// use `mma.sync` kernels.
+/// `usage.copy_engine`, without a step: on sm_90a PTX the `wgmma` rung of [`choose_wgmma`]
+/// where one fits the product, before any `mma.sync` one.
 pub fn choose_config(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),
@@ -399,6 +413,12 @@ pub fn choose_config(
 ) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
+    if usage.copy_engine
+        && !usage.steps
+        && let Some(c) = choose_wgmma(gpu, (m, n, k))
+    {
+        return Ok(c);
+    }
     let mma_sync = || {
         TILE_CONFIGS
             .iter()
@@ -436,6 +456,24 @@ pub fn choose_config(
                 gpu.describe_smem_limit()
             )
         })
+}
+
+/// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
+/// fills a K step of 64: the largest tile whose blocks leave at most an eighth of the SMs
+/// without one. A warpgroup block computes its tile several times as fast as `mma.sync`
+/// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do:
+/// at 128×8192×784, 128 blocks of 128×64 take 8.6 µs where 256 of 64×64 `mma.sync` take 12.3
+/// (`docs/gemm.md`). Among equal tiles, the last row of the table.
+fn choose_wgmma(gpu: &Gpu, (m, n, k): (usize, usize, usize)) -> Option<&'static TileConfig> {
+    let sms = gpu.sm_count() as usize;
+    let target = gpu.ptx.target();
+    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    TILE_CONFIGS
+        .iter()
+        .filter(|c| c.is_wgmma() && c.in_ptx(target.sm, target.specific))
+        .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && c.block.2 <= k)
+        .filter(|c| 8 * tiles(c) >= 7 * sms)
+        .max_by_key(|c| c.block.0 * c.block.1)
 }
 
 /// The depth of a product the direct rung computes in one step: one `m16n8k16`.

@@ -479,6 +479,46 @@ fn gemms_beside_another_kernel_take_small_tiles_on_half_the_sms_at_most() {
     assert!(area(shape, true) >= 64 * 64, "{shape:?}");
 }
 
+/// On sm_90a PTX a product the copy engine can read, without a step, takes the largest `wgmma`
+/// tile whose blocks leave at most an eighth of the SMs without one; a product that steps, whose
+/// operands the copy engine cannot read, or which no `wgmma` tile fills, an `mma.sync` one.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn products_the_copy_engine_reads_take_wgmma_tiles_on_sm_90a() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let sms = g.sm_count() as usize;
+    let wgmma_in_ptx = Version::all_for(&g)
+        .iter()
+        .any(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()));
+    let readable = Usage::aligned(784, 784);
+    let chosen = |shape, usage| gemm::choose_config(&g, shape, usage).unwrap();
+    // 128×64 tiles for every SM; 64×64 ones for every SM; 64×64 ones for 3/4 of them.
+    for (shape, block) in [
+        ((128, 64 * sms, 784), Some((128, 64))),
+        ((128, 32 * sms, 784), Some((64, 64))),
+        ((64, 48 * sms, 784), None),
+    ] {
+        let c = chosen(shape, readable);
+        let want = block.filter(|_| wgmma_in_ptx);
+        assert_eq!(c.is_wgmma(), want.is_some(), "{shape:?}: {}", c.name);
+        if let Some(block) = want {
+            assert_eq!((c.block.0, c.block.1), block, "{shape:?}: {}", c.name);
+        }
+    }
+    let shape = (128, 64 * sms, 784);
+    let steps = Usage {
+        steps: true,
+        ..readable
+    };
+    for usage in [steps, Usage::aligned(784, 100), Usage::default()] {
+        assert!(!chosen(shape, usage).is_wgmma(), "{usage:?}");
+    }
+    assert!(
+        !chosen((128, 64 * sms, 40), readable).is_wgmma(),
+        "K under 64"
+    );
+}
+
 /// A GEMM that takes an SGD step runs on a tile whose threads keep the deep epilogue's quads in
 /// flight, where the largest tile that fills the GPU has the shallow one (hidden 8192's dW1).
 #[test]

@@ -50,6 +50,19 @@ macro_rules! wgmma {
 }
 
 wgmma!(
+    /// m64n64k16 with fp32 accumulators: 32 registers a thread.
+    wgmma_m64n64k16_f32, "m64n64k16", "f32.f16.f16", [f32; 32];
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+    26, 27, 28, 29, 30, 31
+);
+
+wgmma!(
+    /// m64n64k16 with fp16 accumulators (f16x2 pairs): 16 registers a thread.
+    wgmma_m64n64k16_f16, "m64n64k16", "f16.f16.f16", [u32; 16];
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+);
+
+wgmma!(
     /// m64n128k16 with fp32 accumulators: 64 registers a thread.
     wgmma_m64n128k16_f32, "m64n128k16", "f32.f16.f16", [f32; 64];
     0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,

@@ -226,6 +226,9 @@ macro_rules! tile_configs {
             (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, 80),
             (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, 80),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
+            // 64 wide: a batch of 128 rows over N/64 blocks, one an SM for N up to 8192.
+            (wg90_128x64x64_64x64_s4, 128, 64, 64, 64, 64, 64, 64, 16, 4, 1, 90),
+            (wg90_64x64x64_64x64_s4, 64, 64, 64, 64, 64, 64, 64, 16, 4, 1, 90),
             (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
             (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, 90),
             // Three stages of 128×128 (96 KiB) fit two blocks an SM.
@@ -456,8 +459,8 @@ mod tests {
             assert_eq!(c.warp.1, bn, "{}: warpgroups split M only", c.name);
             assert_eq!(c.instruction, (64, bn, 16), "{}", c.name);
             assert!(
-                matches!(bn, 128 | 256),
-                "{}: accumulators exist for N 128, 256",
+                matches!(bn, 64 | 128 | 256),
+                "{}: accumulators exist for N 64, 128, 256",
                 c.name
             );
             assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);

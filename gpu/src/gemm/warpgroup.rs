@@ -50,6 +50,8 @@ macro_rules! accumulator {
         }
     };
 }
+accumulator!([f32; 32], 0.0, wgmma_m64n64k16_f32, f32_pair, f32_packed);
+accumulator!([u32; 16], 0, wgmma_m64n64k16_f16, f16_pair, f16_packed);
 accumulator!([f32; 64], 0.0, wgmma_m64n128k16_f32, f32_pair, f32_packed);
 accumulator!([u32; 32], 0, wgmma_m64n128k16_f16, f16_pair, f16_packed);
 accumulator!([f32; 128], 0.0, wgmma_m64n256k16_f32, f32_pair, f32_packed);

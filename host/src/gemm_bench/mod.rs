@@ -232,15 +232,25 @@ fn shape_rows(
         }
     }
 
-    // What the host would pick for this shape alone, split-K included, when that splits.
+    // What the host would pick for this shape alone (the operands' addresses are aligned),
+    // split-K included, when that splits.
     let usage = Usage {
         steps: p.sgd.is_some(),
-        ..Usage::default()
+        ..Usage::aligned(p.lda, p.ldb)
     };
     let (v, split) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, Accum::F16)?;
     if split > 1 {
         let (name, ms, c) = split_run(v, split)?;
-        rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
+        rows.push(row(
+            out,
+            (name.clone(), label),
+            (&p).into(),
+            (ms, cublas_ms),
+            &c,
+        )?);
+        writeln!(out, "# {label}: the host's choice is {name}")?;
+    } else {
+        writeln!(out, "# {label}: the host's choice is {}", v.label())?;
     }
     Ok(())
 }

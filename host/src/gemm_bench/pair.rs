@@ -104,6 +104,7 @@ pub(super) fn rows(
     let steps = |beside| Usage {
         beside,
         steps: true,
+        ..Usage::default()
     };
     let main = Planned::choose(gpu, &main_ops, steps(false))?;
     let (as_step, alone) = (

@@ -129,6 +129,15 @@ fn layer_shapes(rows: usize, i: usize, o: usize) -> [(usize, usize, usize); 3] {
     [(rows, o, i), (o, i, rows), (rows, i, o)]
 }
 
+/// Leading dimension of layer `l`'s input: the samples' rows as given, or the padded rows of
+/// the layer before's outputs.
+fn input_ld(sizes: &[usize], l: usize) -> usize {
+    match l {
+        0 => sizes[0],
+        _ => stride(sizes[l]),
+    }
+}
+
 /// Leading dimension of a layer's outputs and their gradients: the width rounded up to whole
 /// 16-byte chunks, so that every GEMM reading them (the 10 logits' gradient too) copies whole
 /// chunks instead of single elements.
@@ -226,11 +235,14 @@ impl<'g> Mlp<'g> {
                 let gradient = Usage {
                     beside,
                     steps: slot == 0,
+                    ..Usage::default()
                 };
+                // The forward reads the layer's input and W (`w[0]` wide), the input gradient
+                // the output gradient's padded rows and W.
                 let p = [
-                    plan(shapes[0], Usage::default())?,
+                    plan(shapes[0], Usage::aligned(input_ld(sizes, l), w[0]))?,
                     plan(shapes[1], gradient)?,
-                    plan(shapes[2], Usage::default())?,
+                    plan(shapes[2], Usage::aligned(stride(w[1]), w[0]))?,
                 ];
                 for (which, (q, &(m, n, k))) in p.iter().zip(&shapes).enumerate() {
                     let prob = Problem {
@@ -307,9 +319,10 @@ impl<'g> Mlp<'g> {
 
     /// Layer `l`'s input and its leading dimension: `x` (dense) or the layer before's output.
     fn input_of(&self, l: usize, x: u64) -> (u64, usize) {
+        let ld = input_ld(&self.sizes, l);
         match l {
-            0 => (x, self.sizes[0]),
-            _ => (self.acts[l - 1].ptr, stride(self.sizes[l])),
+            0 => (x, ld),
+            _ => (self.acts[l - 1].ptr, ld),
         }
     }
 
