@@ -350,7 +350,7 @@ pub fn workspace_len(v: Version, p: &Problem) -> usize {
 /// How many K slices to give an output too small to fill the GPU: enough blocks for about two
 /// per SM, each slice at least 2 K steps deep, at most 32 slices.
 pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
-    let tiles = m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    let tiles = c.tiles(m, n);
     let sms = gpu.sm_count() as usize;
     Ok(if 2 * tiles > sms {
         1
@@ -426,7 +426,7 @@ pub fn choose_config(
     };
     let best_sm = mma_sync().map(|c| c.min_sm).max();
     let area = |c: &TileConfig| c.block.0 * c.block.1;
-    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
+    let tiles = |c: &TileConfig| c.tiles(m, n);
     let beside_ok =
         |c: &TileConfig| area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1 || 2 * tiles(c) <= sms;
     let usable: Vec<_> = mma_sync()
@@ -461,18 +461,17 @@ pub fn choose_config(
 /// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
 /// fills a K step of 64: the largest tile whose blocks leave at most an eighth of the SMs
 /// without one. A warpgroup block computes its tile several times as fast as `mma.sync`
-/// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do:
-/// at 128×8192×784, 128 blocks of 128×64 take 8.6 µs where 256 of 64×64 `mma.sync` take 12.3
-/// (`docs/gemm.md`). Among equal tiles, the last row of the table.
+/// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do
+/// (measured in `docs/gemm.md`, "64-wide warpgroup tiles"). Among equal tiles, the last row of
+/// the table.
 fn choose_wgmma(gpu: &Gpu, (m, n, k): (usize, usize, usize)) -> Option<&'static TileConfig> {
     let sms = gpu.sm_count() as usize;
     let target = gpu.ptx.target();
-    let tiles = |c: &TileConfig| m.div_ceil(c.block.0) * n.div_ceil(c.block.1);
     TILE_CONFIGS
         .iter()
         .filter(|c| c.is_wgmma() && c.in_ptx(target.sm, target.specific))
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && c.block.2 <= k)
-        .filter(|c| 8 * tiles(c) >= 7 * sms)
+        .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
         .max_by_key(|c| c.block.0 * c.block.1)
 }
 

@@ -156,6 +156,10 @@ impl TileConfig {
         let fragments = (self.warp.0 / self.instruction.0) * (self.warp.1 / self.instruction.1);
         sgd_quads_in_flight(fragments)
     }
+    /// Block tiles of an M×N output.
+    pub const fn tiles(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.block.0) * n.div_ceil(self.block.1)
+    }
     /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups and the
     /// producer warpgroup that issues the copies.
     pub const fn threads(&self) -> usize {
