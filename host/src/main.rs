@@ -147,8 +147,8 @@ struct TrainFlags {
     #[arg(long)]
     layered: bool,
     /// Hidden units a block of the persistent kernel takes: 8, or 16 or 32 (Hopper, fp16
-    /// accumulators). By default the narrowest that brings its blocks to 64 or fewer, else the
-    /// narrowest whose blocks are all resident at once.
+    /// accumulators). By default 8 or 16, the narrowest that brings its blocks to 64 or fewer,
+    /// else the narrowest whose blocks are all resident at once.
     #[arg(long, value_parser = parse_slice_units)]
     slice_units: Option<usize>,
     /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.

@@ -40,8 +40,9 @@ pub struct Persistent {
     /// next epoch's are written.
     batches: [Buf<u8>; 2],
     /// The stream that shuffles ahead (of the lowest priority; the GPU's stream has the
-    /// highest, so its launches take SMs first); an event per buffer recorded after a shuffle
-    /// into it, and one recorded on the GPU's stream where a shuffle ahead is queued.
+    /// highest, so where both have blocks waiting its launches take SMs first); an event per
+    /// buffer recorded after a shuffle into it, and one recorded on the GPU's stream where a
+    /// shuffle ahead may start.
     side: Arc<CudaStream>,
     shuffled: [CudaEvent; 2],
     queued: CudaEvent,
@@ -279,15 +280,16 @@ fn choose_feed(
 }
 
 /// Blocks at most for which a feed of wider slices is taken over one of more blocks: on an
-/// H200, hidden 512 in 64 blocks of 16 units trains 11% faster than in 128 of 8, and 1024 in
-/// 64 of 32 units 7% faster than in 128 of 16, but 256 in 32 blocks of 16 units 13% slower
-/// than in 64 of 8 (`docs/persistent.md`). A run's last epoch, beside which no shuffle of the
-/// next runs, takes as long either way at 512: the difference appears to be the next epoch's
-/// shuffle, left with 4 of the 132 SMs by 128 blocks.
+/// H200, hidden 512 in 64 blocks of 16 units trains 1% faster than in 128 of 8, but 256 in 32
+/// blocks of 16 units 13% slower than in 64 of 8 (`docs/persistent.md`). Slices of 32 units,
+/// whose dW1 takes two passes over the batch, are not taken for it: hidden 1024 in 128 blocks
+/// of 16 units trains 7% faster than in 64 of 32.
 const FEW_BLOCKS: usize = 64;
+/// The widest slices [`FEW_BLOCKS`] takes.
+const FEW_BLOCKS_UNITS: usize = 2 * UNITS;
 
 /// The first of `feeds` (in [`feeds_by_preference`]'s order) with [`FEW_BLOCKS`] blocks or
-/// fewer, else the first, that PTX `sm` runs in `room` bytes of shared memory a block
+/// fewer and slices of [`FEW_BLOCKS_UNITS`] or fewer, else the first, that PTX `sm` runs in `room` bytes of shared memory a block
 /// ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide the hidden width,
 /// with every block resident at once (`resident(feed)` says how many can be), or why none
 /// does: the blocks of the feed that takes the fewest, or what the smallest layout needs beside
@@ -317,7 +319,7 @@ fn pick_feed(
     for feed in feeds.filter(takes) {
         let (parts, units) = (feed.parts(), feed.units());
         let (blocks, resident) = (parts * hidden / units, resident(feed)?);
-        if blocks <= resident && blocks <= FEW_BLOCKS {
+        if blocks <= resident && blocks <= FEW_BLOCKS && units <= FEW_BLOCKS_UNITS {
             return Ok(Support::Yes(feed));
         }
         if blocks <= resident {
@@ -449,13 +451,21 @@ impl Persistent {
         })
     }
 
+    /// Marks where on the GPU's stream a shuffle ahead may start writing: after the work
+    /// queued so far, the last launch that reads its buffer and the uploads of the set among
+    /// it. Called before the training launch that the shuffle is to run beside is queued.
+    pub fn mark_shuffle_ahead(&self, gpu: &Gpu) -> Result<()> {
+        Ok(self.queued.record(&gpu.stream)?)
+    }
+
     /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
     /// label, so that a block's rows of a step are one run of memory (the kernel
     /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
-    /// its own, after what the GPU's stream has queued so far (the launches that read the
-    /// buffer, the uploads of the set): a training launch queued next runs beside it. The
-    /// shuffle ahead is held to a quarter of the SMs because it shares the memory system with
+    /// its own, after the point [`Persistent::mark_shuffle_ahead`] recorded. A shuffle ahead
+    /// is queued after the training launch it runs beside: queued before it on an idle GPU,
+    /// its blocks take SMs first, and a launch that needs nearly every SM waits for the whole
+    /// shuffle. It is held to a quarter of the SMs because it shares the memory system with
     /// that launch: spread over every SM the launch leaves idle it slows the epoch, while a
     /// grid too small outlasts the epoch (`docs/persistent.md` has the measurements).
     /// [`Persistent::run`] waits for the shuffle of its buffer either way. Refuses a set of
@@ -476,7 +486,6 @@ impl Persistent {
         let (rows, threads) = (self.epoch_rows, THREADS as u32);
         let sms = gpu.sm_count();
         let (stream, blocks) = if ahead {
-            self.queued.record(&gpu.stream)?;
             self.side.wait(&self.queued)?;
             (&self.side, sms.div_ceil(4))
         } else {
@@ -634,7 +643,8 @@ mod tests {
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
     /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper, with fp16
     /// accumulators, wider slices take hidden layers whose slices of 8 units would be more
-    /// blocks than fit or than [`FEW_BLOCKS`]; where not even the streamed kernel's blocks are
+    /// blocks than fit or than [`FEW_BLOCKS`] (but slices of 32 only where narrower ones do
+    /// not fit); where not even the streamed kernel's blocks are
     /// all resident, or its stages do not fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
@@ -661,11 +671,11 @@ mod tests {
             pick(80, 99, 512, 132),
             Support::Yes(Feed::Streamed { stages: 4 })
         );
-        // Wider slices where they bring the blocks down to 64: 512 in 16-unit slices, 1024 in
-        // 32; 1040 and 2048 take the narrowest that fits, 256 stays at 64 blocks of 8 units.
+        // Slices of 16 units where they bring the blocks down to 64: 512; 1024, 1040 and 2048
+        // take the narrowest that fits (1024 not 64 blocks of 32), 256 stays at 64 blocks of 8.
         assert_eq!(pick(90, 227, 256, 132), Support::Yes(Feed::Whole));
         assert_eq!(pick(90, 227, 512, 132), Support::Yes(Feed::Wide { n: 2 }));
-        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 4 }));
+        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 2 }));
         assert_eq!(pick(90, 227, 1040, 132), Support::Yes(Feed::Wide { n: 2 }));
         assert_eq!(pick(90, 227, 2048, 132), Support::Yes(Feed::Wide { n: 4 }));
         assert_eq!(

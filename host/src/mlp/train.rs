@@ -600,8 +600,8 @@ impl<'a> Trainer<'a> {
 
     /// The whole epoch in one launch (a few milliseconds: no progress to show inside), over
     /// rows shuffled before it: the first epoch's here, each next one's while the epoch before
-    /// it trains, beside the launch (queued first, after the previous epoch, which read its
-    /// buffer).
+    /// it trains, beside the launch (queued after it, to start after the previous epoch, which
+    /// read its buffer).
     fn persistent_epoch(&self, p: &Persistent, epoch: usize) -> Result<()> {
         let (gpu, o, b) = (self.gpu, self.o, &self.b);
         let train_set = (b.x_train.ptr, b.y_train.ptr, self.ds.train.count);
@@ -609,8 +609,9 @@ impl<'a> Trainer<'a> {
         if epoch == 1 {
             p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
         }
-        if epoch < o.epochs {
-            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
+        let ahead = epoch < o.epochs;
+        if ahead {
+            p.mark_shuffle_ahead(gpu)?;
         }
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         p.run(
@@ -621,7 +622,11 @@ impl<'a> Trainer<'a> {
             (0, self.steps),
             o.lr,
             o.momentum,
-        )
+        )?;
+        if ahead {
+            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
+        }
+        Ok(())
     }
 
     /// The mean loss of each step of the epoch: over every replica's rows, the same on each.
