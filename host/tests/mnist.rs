@@ -4,7 +4,7 @@ mod common;
 use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Sgd};
-use gpu::params::{BiasGrad, PersistentShuffle};
+use gpu::params::{BiasGrad, GatherBatch, PersistentShuffle};
 use gpu::persistent::{UNITS, WIDE, label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
@@ -102,6 +102,55 @@ fn one_step_gradients_match_cpu_reference() {
 /// features, its label as a u32 and zeros to the row's stride. MNIST's input width and a small
 /// one, row counts that fill no whole block of eight warps, and grids of a warp per row and of
 /// three blocks (the grid-stride loop the training loop's smaller grids take).
+/// The layered step's batch: row `r` of a step is example `permute(step·step_rows + first + r)`,
+/// features and label. MNIST's rows and short odd ones, a replica's share of a step (`first`
+/// past 0), features not a multiple of a block's threads.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gathered_batches_match_cpu() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let mut rng = StdRng::seed_from_u64(12);
+    for (n, dim, rows, step_rows, first, step, seed) in [
+        (1000usize, 784usize, 128usize, 128u32, 0u32, 3u32, 5u32),
+        (37, 5, 9, 12, 3, 2, 6),
+        (60, 784, 13, 26, 13, 1, 7),
+    ] {
+        let x: Vec<u16> = (0..n * dim).map(|_| rng.random()).collect();
+        let y: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+        let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&y).unwrap());
+        // Filled with a pattern the kernel must overwrite.
+        let xb = g.upload(&vec![0xa5a5u16; rows * dim]).unwrap();
+        let yb = g.upload(&vec![0xa5u8; rows]).unwrap();
+        let (ds, dk) = (g.upload(&[step]).unwrap(), g.upload(&[seed]).unwrap());
+        let s = &g.stream;
+        let p = GatherBatch {
+            x: dptr(&dx, s),
+            y: dptr(&dy, s),
+            n: n as u32,
+            dim: dim as u32,
+            xb: dptr(&xb, s),
+            yb: dptr(&yb, s),
+            rows: rows as u32,
+            step_rows,
+            first,
+            step: dptr(&ds, s),
+            seed: dptr(&dk, s),
+        };
+        host::mlp::model::gather_batch(&g, p).unwrap();
+        let (gx, gy) = (g.download(&xb).unwrap(), g.download(&yb).unwrap());
+        for r in 0..rows {
+            let src =
+                gpu::shuffle::permute(step * step_rows + first + r as u32, n as u32, seed) as usize;
+            assert_eq!(
+                &gx[r * dim..(r + 1) * dim],
+                &x[src * dim..(src + 1) * dim],
+                "{dim} features, row {r}"
+            );
+            assert_eq!(gy[r], y[src], "{dim} features, row {r}'s label");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn persistent_shuffle_matches_cpu() {
@@ -331,7 +380,8 @@ fn persistent_steps_against_cpu(
                 let st = &g.stream;
                 // Shuffled on a stream of its own into the second buffer, as the training loop
                 // does for each next epoch.
-                p.shuffle(g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, true)
+                let mark = p.mark_shuffle_ahead(g).unwrap();
+                p.shuffle(g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, Some(mark))
                     .unwrap();
                 // Two launches (steps 0..1, then 1..4): state must carry over between them.
                 for (step0, count) in [(0, 1), (1, steps - 1)] {
@@ -351,7 +401,7 @@ fn persistent_steps_against_cpu(
                 // A set smaller than the epoch, or steps past it, are refused, never launched.
                 let ptrs = (dptr(&dx, st), dptr(&dy, st));
                 assert!(
-                    p.shuffle(g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, false)
+                    p.shuffle(g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, None)
                         .is_err()
                 );
                 let sums = (dptr(&loss, st), dptr(&correct, st));

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::Sgd;
 use gpu::gemm::{Accum, Layout};
 use gpu::layout::CHUNK;
-use gpu::params::{BiasGrad, SgdUpdate, SoftmaxCe};
+use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
 
@@ -143,6 +143,19 @@ fn input_ld(sizes: &[usize], l: usize) -> usize {
 /// chunks instead of single elements.
 pub fn stride(width: usize) -> usize {
     width.next_multiple_of(CHUNK)
+}
+
+/// Launches `gather_batch` with `p` on the GPU's stream: a thread per feature of the batch.
+pub fn gather_batch(gpu: &Gpu, p: GatherBatch) -> Result<()> {
+    let f = gpu.function(kernels::GATHER_BATCH)?;
+    let mut b = gpu.stream.launch_builder(&f);
+    let features = p.rows as usize * p.dim as usize;
+    let p = ParamBlock(p);
+    b.arg(&p);
+    // SAFETY: the kernel's one parameter is a `GatherBatch`; the caller's buffers outlive the
+    // queued work.
+    unsafe { b.launch(grid_1d(features, 256)) }?;
+    Ok(())
 }
 
 /// Launches `bias_grad` with `p` on `stream`: a layer's bias gradient, the column sums of its

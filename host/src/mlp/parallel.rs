@@ -1,6 +1,6 @@
 //! Data-parallel training: one replica of the model per GPU, each taking an equal share of every
-//! global batch; the gradients are summed through NCCL inside the captured step, so a step stays
-//! one graph replay per GPU and every replica applies the same update.
+//! global batch; the gradients are summed through NCCL inside the captured steps, so the steps
+//! stay graph replays on every GPU and every replica applies the same update.
 //!
 //! Each rank is a thread of this process, driving one GPU. Nothing but the NCCL unique id and
 //! the rank passes between them, so the same ranks could be processes on several hosts, the id

@@ -48,6 +48,10 @@ pub struct Persistent {
     queued: CudaEvent,
 }
 
+/// Where on the GPU's stream a shuffle ahead may start ([`Persistent::mark_shuffle_ahead`]).
+#[must_use = "a shuffle ahead takes the mark"]
+pub struct AheadMark(());
+
 impl Drop for Persistent {
     /// A shuffle ahead may still run (an epoch that failed returns early): it writes buffers
     /// of the arena, which outlives `self`, so it must end first.
@@ -454,15 +458,16 @@ impl Persistent {
     /// Marks where on the GPU's stream a shuffle ahead may start writing: after the work
     /// queued so far, the last launch that reads its buffer and the uploads of the set among
     /// it. Called before the training launch that the shuffle is to run beside is queued.
-    pub fn mark_shuffle_ahead(&self, gpu: &Gpu) -> Result<()> {
-        Ok(self.queued.record(&gpu.stream)?)
+    pub fn mark_shuffle_ahead(&self, gpu: &Gpu) -> Result<AheadMark> {
+        self.queued.record(&gpu.stream)?;
+        Ok(AheadMark(()))
     }
 
     /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
     /// label, so that a block's rows of a step are one run of memory (the kernel
-    /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or with `ahead` on a stream of
-    /// its own, after the point [`Persistent::mark_shuffle_ahead`] recorded. A shuffle ahead
+    /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or given an `ahead` mark on a
+    /// stream of its own, after the point the mark was taken at. A shuffle ahead
     /// is queued after the training launch it runs beside: queued before it on an idle GPU,
     /// its blocks take SMs first, and a launch that needs nearly every SM waits for the whole
     /// shuffle. It is held to a quarter of the SMs because it shares the memory system with
@@ -476,7 +481,7 @@ impl Persistent {
         (x, y, n): (u64, u64, usize),
         seed: u32,
         buf: usize,
-        ahead: bool,
+        ahead: Option<AheadMark>,
     ) -> Result<()> {
         ensure!(
             n >= self.epoch_rows as usize,
@@ -485,7 +490,7 @@ impl Persistent {
         );
         let (rows, threads) = (self.epoch_rows, THREADS as u32);
         let sms = gpu.sm_count();
-        let (stream, blocks) = if ahead {
+        let (stream, blocks) = if ahead.is_some() {
             self.side.wait(&self.queued)?;
             (&self.side, sms.div_ceil(4))
         } else {
@@ -512,7 +517,7 @@ impl Persistent {
         // SAFETY: the kernel's one parameter is a `PersistentShuffle`; the buffers live as long
         // as `self` and the caller's training set, which outlive the queued work.
         unsafe { l.launch(cfg) }?;
-        if ahead {
+        if ahead.is_some() {
             self.shuffled[buf].record(stream)?;
         }
         Ok(())

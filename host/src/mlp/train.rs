@@ -1,9 +1,9 @@
 //! The training loop: an MLP trained with the Rust kernels, every buffer carved from one arena
-//! before the first step, and each step replayed from a CUDA graph.
+//! before the first step, and the steps replayed from a CUDA graph of several.
 use super::model::{self, Init, Mlp};
 use super::persistent::{self, Feed, Persistent, Support};
 use super::{Dataset, Features, checkpoint};
-use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::gemm::{SgdStep, Version};
 use crate::kernels;
 use crate::nccl::Comm;
@@ -214,8 +214,23 @@ struct Layered {
     /// Why the persistent kernel does not train this run; `None` where the run asked for the
     /// layered engine.
     why_not_persistent: Option<String>,
-    /// The captured step, replayed once per step; `None` for eager launches.
+    /// [`graph_steps`] steps captured in one graph, replayed until the epoch is done; `None`
+    /// for eager launches.
     graph: Option<CudaGraph>,
+}
+
+/// Steps one graph holds at most. Replaying several steps a launch saves the GPU the gap between
+/// two graph launches at each step; the gain levels off well before 16 (`docs/gemm.md`, "Fewer
+/// launches in the layered step").
+const GRAPH_STEPS: usize = 16;
+
+/// Steps captured in the layered engine's graph: the largest divisor of the epoch's `steps` up
+/// to [`GRAPH_STEPS`], so that whole replays make the epoch.
+fn graph_steps(steps: usize) -> usize {
+    (1..=GRAPH_STEPS)
+        .rev()
+        .find(|k| steps.is_multiple_of(*k))
+        .unwrap_or(1)
 }
 
 /// The engine a run asks for and the GPU allows, decided before anything is carved.
@@ -438,7 +453,7 @@ impl<'a> Trainer<'a> {
 
     /// For the layered engine replaying a graph: one warm-up step outside the graph (sets
     /// kernel attributes, loads modules), undone by restoring the initial weights so that the
-    /// graph and eager runs train identically; then the step captured.
+    /// graph and eager runs train identically; then [`graph_steps`] steps captured.
     fn capture_step(&mut self) -> Result<()> {
         if !self.o.graph || !matches!(self.engine, Engine::Layered(_)) {
             return Ok(());
@@ -455,7 +470,7 @@ impl<'a> Trainer<'a> {
         // be allocating.)
         let s = &gpu.stream;
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let captured = self.step();
+        let captured = (0..graph_steps(self.steps)).try_for_each(|_| self.step());
         let g = s.end_capture(CUgraphInstantiate_flags(0))?;
         captured?;
         let graph = Some(g.context("stream capture produced no graph")?);
@@ -511,14 +526,7 @@ impl<'a> Trainer<'a> {
             step: b.step.ptr,
             seed: b.seed.ptr,
         };
-        let f = self.gpu.function(kernels::GATHER_BATCH)?;
-        let mut l = self.gpu.stream.launch_builder(&f);
-        let p = ParamBlock(p);
-        l.arg(&p);
-        // SAFETY: the kernel's one parameter is a `GatherBatch`; the buffers come from the
-        // run's arena, which outlives the work.
-        unsafe { l.launch(grid_1d(self.rows * train.dim, 256)) }?;
-        Ok(())
+        model::gather_batch(self.gpu, p)
     }
 
     /// Test loss and accuracy of the current weights; not a number on replicas but rank 0's.
@@ -607,12 +615,13 @@ impl<'a> Trainer<'a> {
         let train_set = (b.x_train.ptr, b.y_train.ptr, self.ds.train.count);
         let buf = epoch % 2;
         if epoch == 1 {
-            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, false)?;
+            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, None)?;
         }
-        let ahead = epoch < o.epochs;
-        if ahead {
-            p.mark_shuffle_ahead(gpu)?;
-        }
+        let ahead = if epoch < o.epochs {
+            Some(p.mark_shuffle_ahead(gpu)?)
+        } else {
+            None
+        };
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         p.run(
             gpu,
@@ -623,8 +632,14 @@ impl<'a> Trainer<'a> {
             o.lr,
             o.momentum,
         )?;
-        if ahead {
-            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch + 1), 1 - buf, true)?;
+        if ahead.is_some() {
+            p.shuffle(
+                gpu,
+                train_set,
+                epoch_seed(o.seed, epoch + 1),
+                1 - buf,
+                ahead,
+            )?;
         }
         Ok(())
     }
@@ -654,15 +669,17 @@ impl<'a> Trainer<'a> {
         let gpu = self.gpu;
         gpu.upload_to(self.b.seed, &[epoch_seed(self.o.seed, epoch)])?;
         gpu.upload_to(self.b.step, &[0])?;
-        for k in 0..self.steps {
+        let per_launch = graph.map_or(1, |_| graph_steps(self.steps));
+        for k in (0..self.steps).step_by(per_launch) {
             match graph {
                 Some(g) => g.launch()?,
                 None => self.step()?,
             }
             // Progress needs the GPU to have caught up; everything else stays on the device.
-            if k % 64 == 63 {
+            let done = k + per_launch;
+            if done / 64 > k / 64 {
                 gpu.sync()?;
-                bar.set_position(k as u64 + 1);
+                bar.set_position(done as u64);
             }
         }
         Ok(())
@@ -843,6 +860,17 @@ mod tests {
             quiet: true,
             ..Options::default()
         }
+    }
+
+    #[test]
+    fn a_graph_holds_the_largest_divisor_of_the_epoch_up_to_16_steps() {
+        // MNIST at batch 128: 468 steps, 36 replays of 13.
+        assert_eq!(graph_steps(468), 13);
+        assert_eq!(graph_steps(469), 7);
+        assert_eq!(graph_steps(480), 16);
+        assert_eq!(graph_steps(467), 1);
+        assert_eq!(graph_steps(3), 3);
+        assert_eq!(graph_steps(1), 1);
     }
 
     #[test]
