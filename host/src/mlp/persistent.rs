@@ -293,11 +293,11 @@ const FEW_BLOCKS: usize = 64;
 const FEW_BLOCKS_UNITS: usize = 2 * UNITS;
 
 /// The first of `feeds` (in [`feeds_by_preference`]'s order) with [`FEW_BLOCKS`] blocks or
-/// fewer and slices of [`FEW_BLOCKS_UNITS`] or fewer, else the first, that PTX `sm` runs in `room` bytes of shared memory a block
-/// ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide the hidden width,
-/// with every block resident at once (`resident(feed)` says how many can be), or why none
-/// does: the blocks of the feed that takes the fewest, or what the smallest layout needs beside
-/// `limit`, the GPU's words for its room.
+/// fewer and slices of [`FEW_BLOCKS_UNITS`] or fewer, else the first, that PTX `sm` runs in
+/// `room` bytes of shared memory a block ([`Feed::runs_with`]) with accumulator `acc`, whose
+/// slices divide the hidden width, with every block resident at once (`resident(feed)` says how
+/// many can be), or why none does: the blocks of the feed that takes the fewest, or what the
+/// smallest layout needs beside `limit`, the GPU's words for its room.
 fn pick_feed(
     feeds: impl Iterator<Item = Feed>,
     (sm, room, limit): (u32, usize, &str),
