@@ -100,9 +100,10 @@ pub fn start(b: &Block) {
     }
 }
 
-/// Waits until the step's rows have landed. On Hopper the block barrier that ended the
-/// previous step suffices besides the buffer's mbarrier, whose phase turns each time the buffer
-/// fills: every other step with two buffers, every step with one.
+/// Waits until the step's rows have landed. On Hopper the buffer's mbarrier suffices, whose
+/// phase turns each time the buffer fills (every other step with two buffers, every step with
+/// one): the next fill is issued only after a block barrier that every thread reaches past
+/// this wait, so no thread waits more than a phase behind.
 #[inline(always)]
 pub fn wait(b: &Block, s: &Step) {
     if HOPPER {

@@ -23,6 +23,14 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
     }
 }
 
+/// Whether each warp's forward reads only W1 rows that the warp itself updated (its k-steps
+/// are its dW1 tiles: eight warps split K in the whole-batch kernels on Hopper), so that a step
+/// can end with a warp barrier: the forward's block barrier comes before anything else reads
+/// what the update wrote. (It would not before the launch's write-back, which has its own.)
+pub const fn reads_own_w1_rows<A: Acc, const STREAM: bool>() -> bool {
+    HOPPER && !STREAM && forward_warps::<A, false>() == WARPS
+}
+
 /// The tile warp's H fragment of each n-tile (zeros from other warps), after storing it fp16
 /// in shared memory. The streamed kernels read the batch from `ring`. A block has `T` 16-row
 /// tiles at most and `N` n-tiles.

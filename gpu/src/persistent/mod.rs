@@ -251,7 +251,7 @@ mod kernel {
     use super::stream::Ring;
     use super::weights::W1;
     use super::*;
-    use crate::arch::{Acc, HOPPER, sync_threads};
+    use crate::arch::{Acc, HOPPER, sync_threads, sync_warp};
 
     /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
     /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`, sm_80+),
@@ -321,8 +321,14 @@ mod kernel {
                 }
             });
             update::sgd_step(&b, &s, &mut w1, &sums, &out);
-            sync_threads();
+            if forward::reads_own_w1_rows::<A, STREAM>() {
+                sync_warp();
+            } else {
+                sync_threads();
+            }
         }
+        // The last step's update before the write-back reads it.
+        sync_threads();
         // Each block writes back what it updates; one block of each slice the rest.
         if N > 1 || block.part == 0 {
             w1.store(&block);
