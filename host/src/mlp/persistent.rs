@@ -467,12 +467,12 @@ impl Persistent {
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
     /// label, so that a block's rows of a step are one run of memory (the kernel
     /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or given an `ahead` mark on a
-    /// stream of its own, after the point the mark was taken at. A shuffle ahead
-    /// is queued after the training launch it runs beside: queued before it on an idle GPU,
-    /// its blocks take SMs first, and a launch that needs nearly every SM waits for the whole
-    /// shuffle. It is held to a quarter of the SMs because it shares the memory system with
-    /// that launch: spread over every SM the launch leaves idle it slows the epoch, while a
-    /// grid too small outlasts the epoch (`docs/persistent.md` has the measurements).
+    /// stream of its own, after the point the mark was taken at. A shuffle ahead is queued
+    /// after the training launch it runs beside: queued before it on an idle GPU, its blocks
+    /// take SMs first, and a launch that needs nearly every SM waits for the whole shuffle. It
+    /// is held to a quarter of the SMs because it shares the memory system with that launch:
+    /// spread over every SM the launch leaves idle it slows the epoch, while a grid too small
+    /// outlasts the epoch (`docs/persistent.md` has the measurements).
     /// [`Persistent::run`] waits for the shuffle of its buffer either way. Refuses a set of
     /// fewer examples than an epoch's rows: the permutation is of the whole set.
     pub fn shuffle(
@@ -490,7 +490,8 @@ impl Persistent {
         );
         let (rows, threads) = (self.epoch_rows, THREADS as u32);
         let sms = gpu.sm_count();
-        let (stream, blocks) = if ahead.is_some() {
+        let ahead = ahead.is_some();
+        let (stream, blocks) = if ahead {
             self.side.wait(&self.queued)?;
             (&self.side, sms.div_ceil(4))
         } else {
@@ -517,7 +518,7 @@ impl Persistent {
         // SAFETY: the kernel's one parameter is a `PersistentShuffle`; the buffers live as long
         // as `self` and the caller's training set, which outlive the queued work.
         unsafe { l.launch(cfg) }?;
-        if ahead.is_some() {
+        if ahead {
             self.shuffled[buf].record(stream)?;
         }
         Ok(())
@@ -648,9 +649,9 @@ mod tests {
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
     /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper, with fp16
     /// accumulators, wider slices take hidden layers whose slices of 8 units would be more
-    /// blocks than fit or than [`FEW_BLOCKS`] (but slices of 32 only where narrower ones do
-    /// not fit); where not even the streamed kernel's blocks are
-    /// all resident, or its stages do not fit, the reason says so.
+    /// blocks than fit or than [`FEW_BLOCKS`] (slices of 32 only where narrower ones do not
+    /// fit); where not even the streamed kernel's blocks are all resident, or its stages do not
+    /// fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
         let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {

@@ -632,14 +632,9 @@ impl<'a> Trainer<'a> {
             o.lr,
             o.momentum,
         )?;
-        if ahead.is_some() {
-            p.shuffle(
-                gpu,
-                train_set,
-                epoch_seed(o.seed, epoch + 1),
-                1 - buf,
-                ahead,
-            )?;
+        if let Some(mark) = ahead {
+            let seed = epoch_seed(o.seed, epoch + 1);
+            p.shuffle(gpu, train_set, seed, 1 - buf, Some(mark))?;
         }
         Ok(())
     }
