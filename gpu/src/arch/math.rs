@@ -15,6 +15,16 @@ pub fn ex2_approx_ftz(x: f32) -> f32 {
     r
 }
 
+/// `1 / x` (max relative error 2^-23).
+#[inline(always)]
+pub fn rcp_approx_ftz(x: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("rcp.approx.ftz.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack))
+    };
+    r
+}
+
 /// `log2(x)`.
 #[inline(always)]
 pub fn lg2_approx_ftz(x: f32) -> f32 {

@@ -17,8 +17,9 @@ const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
 /// The rows a block holds at most.
 const ROWS: usize = MAX_TILES * 16;
 
-/// The softmax of the block's rows, then each warp's sums of the loss and the correct count
-/// in shared memory, behind a block barrier. `STREAM` and `SINGLE` are the kernel's.
+/// The softmax of the block's rows, then (slice 0, which records the loss) each warp's sums of
+/// the loss and the correct count in shared memory, behind a block barrier. `STREAM` and
+/// `SINGLE` are the kernel's.
 #[inline(always)]
 pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) {
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
@@ -27,11 +28,15 @@ pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step
     } else if !b.skips_barrier() {
         (l_sum, c_sum) = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
     }
-    let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
-    if b.lane == 0 {
-        unsafe {
-            *b.small().loss.add(b.warp) = l_w;
-            *b.small().correct.add(b.warp) = c_w;
+    // Only slice 0 records the loss ([`record_loss`]); the other blocks skip the shuffles,
+    // which every block would otherwise wait for at the barrier below.
+    if b.slice == 0 {
+        let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
+        if b.lane == 0 {
+            unsafe {
+                *b.small().loss.add(b.warp) = l_w;
+                *b.small().correct.add(b.warp) = c_w;
+            }
         }
     }
     sync_threads();
@@ -107,7 +112,9 @@ fn row<const STREAM: bool, const PER: usize>(b: &Block, s: &Step) -> (f32, f32) 
         l_sum = lg2_approx_ftz(sum) * LN_2 - (zl - max);
         c_sum = (arg == label) as u32 as f32;
     }
-    let (inv, scale) = (1.0 / sum, 1.0 / b.args.batch as f32);
+    // The correctly rounded division is a sequence with a slow path, on the step's critical
+    // path; the approximation is within an ulp or two, far below the gradient's fp16 rounding.
+    let (inv, scale) = (rcp_approx_ftz(sum), 1.0 / b.args.batch as f32);
     let grad = |c: usize| {
         if valid && c0 + c < cn {
             (e[c] * inv - (c0 + c == label) as u32 as f32) * scale
