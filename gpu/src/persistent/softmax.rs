@@ -162,9 +162,10 @@ pub fn record_loss(b: &Block, s: &Step) {
         }
     }
     let (loss, correct) = (b.args.loss as *mut f32, b.args.correct as *mut f32);
+    // A product, not a quotient: the division's slow path would sit on slice 0's way to dW1.
     red_global_add_f32(
         unsafe { loss.add(s.index as usize) },
-        ls / b.args.batch as f32,
+        ls * (1.0 / b.args.batch as f32),
     );
     red_global_add_f32(unsafe { correct.add(s.index as usize) }, cs);
 }
