@@ -306,20 +306,21 @@ mod kernel {
                 fetch::load_next(&b, &s);
             }
             logits::exchange(&b, &s);
-            softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
+            let part = softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
             backward::hidden_grad(&b, &h);
-            softmax::record_loss(&b, &s);
             let out = Outbox::new::<T>(&b);
             let db1 = backward::bias_share(&b, &out);
             backward::output_grads::<T, N>(&b, &out);
             let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
             let dw1 = backward::dw1_shares::<A, STREAM, T, N, O>(&b, &s, &mut ring, send);
+            softmax::loss_sums(&b, part);
             let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
                 #[cfg(target_feature = "sm_80")]
                 if !STREAM {
                     fetch::after_dw1(&b, &s);
                 }
             });
+            softmax::record_loss(&b, &s);
             update::sgd_step(&b, &s, &mut w1, &sums, &out);
             if forward::reads_own_w1_rows::<A, STREAM>() {
                 sync_warp();

@@ -17,29 +17,35 @@ const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
 /// The rows a block holds at most.
 const ROWS: usize = MAX_TILES * 16;
 
-/// The softmax of the block's rows, then (slice 0, which records the loss) each warp's sums of
-/// the loss and the correct count in shared memory, behind a block barrier. `STREAM` and
-/// `SINGLE` are the kernel's.
+/// The softmax of the block's rows, behind a block barrier; returns the thread's part of the
+/// loss and the correct count ([`loss_sums`]). `STREAM` and `SINGLE` are the kernel's.
 #[inline(always)]
-pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) {
-    let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
+pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) -> (f32, f32) {
+    let mut part = (0.0f32, 0.0f32);
     if whole_block_meets(STREAM, SINGLE) {
-        (l_sum, c_sum) = row::<STREAM, PER_OF_BLOCK>(b, s);
+        part = row::<STREAM, PER_OF_BLOCK>(b, s);
     } else if !b.skips_barrier() {
-        (l_sum, c_sum) = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
-    }
-    // Only slice 0 records the loss ([`record_loss`]); the other blocks skip the shuffles,
-    // which every block would otherwise wait for at the barrier below.
-    if b.slice == 0 {
-        let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
-        if b.lane == 0 {
-            unsafe {
-                *b.small().loss.add(b.warp) = l_w;
-                *b.small().correct.add(b.warp) = c_w;
-            }
-        }
+        part = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
     }
     sync_threads();
+    part
+}
+
+/// Slice 0, which records the loss: each warp's sums of the threads' `part`s in shared memory,
+/// for [`record_loss`] after the next block barrier. Called where the block waits anyway (for
+/// the other blocks' gradient shares), not on the way from the softmax to the backward.
+#[inline(always)]
+pub fn loss_sums(b: &Block, (l_sum, c_sum): (f32, f32)) {
+    if b.slice != 0 {
+        return;
+    }
+    let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
+    if b.lane == 0 {
+        unsafe {
+            *b.small().loss.add(b.warp) = l_w;
+            *b.small().correct.add(b.warp) = c_w;
+        }
+    }
 }
 
 /// The thread's part of its row: stores its classes' gradients and returns (on the row's first
@@ -148,10 +154,14 @@ fn label<const STREAM: bool>(b: &Block, s: &Step, r: usize) -> usize {
     }
 }
 
-/// Slice 0's first thread adds the step's mean loss and correct count into their slots.
+/// The thread that records the loss: warp 1's first, which has one dW1 tile fewer than warp 0
+/// and no W2 to update.
+const RECORDER: usize = 32;
+
+/// Slice 0's [`RECORDER`] adds the step's mean loss and correct count into their slots.
 #[inline(always)]
 pub fn record_loss(b: &Block, s: &Step) {
-    if b.slice != 0 || b.tid != 0 {
+    if b.slice != 0 || b.tid != RECORDER {
         return;
     }
     let (mut ls, mut cs) = (0.0, 0.0);
@@ -162,7 +172,7 @@ pub fn record_loss(b: &Block, s: &Step) {
         }
     }
     let (loss, correct) = (b.args.loss as *mut f32, b.args.correct as *mut f32);
-    // A product, not a quotient: the division's slow path would sit on slice 0's way to dW1.
+    // A product, not a quotient: a division has a slow path.
     red_global_add_f32(
         unsafe { loss.add(s.index as usize) },
         ls * (1.0 / b.args.batch as f32),
