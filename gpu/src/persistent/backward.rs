@@ -1,5 +1,5 @@
 //! Backward: the block's shares (its rows of the batch) of the gradients. dH through the ReLU
-//! and db1 on the tile warps, dW2 and db2 on the output warp, dW1 on every warp; the shares of
+//! on the tile warps, db1 on the bias warp, dW2 and db2 on the output warp, dW1 on every warp; the shares of
 //! the small ones go to the slice's other blocks as they are done ([`Outbox`]), dW1's after the
 //! phase.
 use super::context::Block;
@@ -10,18 +10,22 @@ use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
-/// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2).
+/// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2), and the A
+/// fragment that turns one into row sums (db1).
 const ONES: [u32; 2] = [0x3c00_3c00; 2];
+const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
 /// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
 const OUTPUT_WARP: usize = WARPS - 1;
+/// The warp that computes db1 and updates b1: one with neither a tile of dH, nor dW2, nor warp
+/// 0's extra dW1 tile, beside a tile warp (warp 1) on its scheduler.
+pub const BIAS_WARP: usize = 5;
 
 /// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes per n-tile),
-/// through the ReLU (the H fragments `hf` have the same layout), stored fp16; each warp's share
-/// of db1 by shuffles into shared memory, behind a block barrier.
+/// through the ReLU (the H fragments `hf` have the same layout), stored fp16, behind a block
+/// barrier.
 #[inline(always)]
 pub fn hidden_grad<const N: usize>(b: &Block, hf: &[[f32; 4]; N]) {
     let (w, l, g, t) = (b.warp, b.lane, b.group(), b.in_group());
-    let mut db1 = [[0.0f32; 2]; N];
     if b.has_tile() {
         let (mm, kk) = ldmatrix_lane(l, Operand::A, true);
         let a = ldmatrix_x4(b.dl() + ((16 * w + mm) * MAX_CLASSES * 2 + 2 * kk) as u32);
@@ -32,41 +36,54 @@ pub fn hidden_grad<const N: usize>(b: &Block, hf: &[[f32; 4]; N]) {
             d.mma_k16(a, [ld_shared_u32(b0), ld_shared_u32(b0 + 16)]);
             for e in 0..4 {
                 d[e] = if hf[n][e] > 0.0 { round_h(d[e]) } else { 0.0 };
-                db1[n][e & 1] += d[e];
             }
             st_shared_frag_f16(b.dh(n), UNITS as u32, row, 2 * t as u32, d);
-            for m in 0..3 {
-                db1[n][0] += shfl_xor_f32(db1[n][0], 4 << m);
-                db1[n][1] += shfl_xor_f32(db1[n][1], 4 << m);
-            }
-        }
-    }
-    if l < 4 {
-        let part = b.small().db1;
-        for n in 0..N {
-            let at = w * b.units() + UNITS * n + 2 * t;
-            unsafe {
-                *part.add(at) = db1[n][0];
-                *part.add(at + 1) = db1[n][1];
-            }
         }
     }
     sync_threads();
 }
 
-/// The block's share of db1 (thread `tid` below the slice's units its entry `tid`; 0
-/// elsewhere), sent.
+/// The entry of db1 (and of b1, which it updates) of this thread of the [`BIAS_WARP`]: in the
+/// product with ones every row holds dH's column sums, and lane `4g + t` takes unit
+/// `2t + g % 2` of n-tile `g / 2`, which its fragment holds. `None` past the slice's units and
+/// off the bias warp.
 #[inline(always)]
-pub fn bias_share(b: &Block, out: &Outbox) -> f32 {
-    let mut db1 = 0.0;
-    let units = b.units();
-    if b.tid < units {
-        for i in 0..WARPS {
-            db1 += unsafe { *b.small().db1.add(i * units + b.tid) };
-        }
-        out.small(b, db1_at(b.lay.n) + b.tid, db1);
+pub fn bias_unit(b: &Block) -> Option<usize> {
+    let (g, t) = (b.group(), b.in_group());
+    (b.warp == BIAS_WARP && b.lane < b.units()).then_some(UNITS * (g / 2) + 2 * t + g % 2)
+}
+
+/// The block's share of db1, dH's column sums over its rows: a product with ones on the
+/// [`BIAS_WARP`] (one k16 step per 16 rows, fp32 accumulators; the whole warp, as `ldmatrix`
+/// and `mma` need), from dH in shared memory after [`hidden_grad`]'s barrier. Each thread with
+/// a [`bias_unit`] gets that entry and sends it; the others 0.
+#[inline(always)]
+pub fn bias_share<const T: usize, const N: usize>(b: &Block, out: &Outbox) -> f32 {
+    if b.warp != BIAS_WARP {
+        return 0.0;
     }
-    db1
+    let g = b.group();
+    let mut db1 = 0.0;
+    for n in 0..N {
+        let bf = unit_frags::<T>(b, b.dh(n));
+        let mut d = [0.0f32; 4];
+        for ks in 0..T {
+            if ks < b.rows() / 16 {
+                d.mma_k16(ONES_A, bf[ks]);
+            }
+        }
+        // By select, not by index: a computed index would put `d` in local memory.
+        if n == g / 2 {
+            db1 = if g % 2 == 0 { d[0] } else { d[1] };
+        }
+    }
+    match bias_unit(b) {
+        Some(unit) => {
+            out.small(b, db1_at(b.lay.n) + unit, db1);
+            db1
+        }
+        None => 0.0,
+    }
 }
 
 /// B fragments of `k`-steps 0..rows/16 (`T` at most) of an fp16 `[rows][UNITS]` plane in

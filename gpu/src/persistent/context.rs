@@ -228,7 +228,6 @@ impl Block {
             b2_master: field!(b2_master),
             b2_momentum: field!(b2_momentum),
             b2_half: field!(b2_half),
-            db1: field!(db1),
             loss: field!(loss),
             correct: field!(correct),
         }
@@ -264,8 +263,8 @@ impl Block {
     }
 }
 
-/// Pointers to the fields of [`SmallParams`] in shared memory (W2 and the per-warp db1 flat:
-/// `[class][unit]` and `[warp][unit]`, over the slice's units).
+/// Pointers to the fields of [`SmallParams`] in shared memory (W2 flat: `[class][unit]`, over
+/// the slice's units).
 #[derive(Clone, Copy)]
 pub struct Small {
     pub w2_master: *mut f32,
@@ -276,7 +275,6 @@ pub struct Small {
     pub b2_master: *mut f32,
     pub b2_momentum: *mut f32,
     pub b2_half: *mut f32,
-    pub db1: *mut f32,
     pub loss: *mut f32,
     pub correct: *mut f32,
 }

@@ -14,6 +14,7 @@
 //!   waits for before its next forward.
 //! - Elsewhere, and for more than two parts, they go to the block's area of the global
 //!   exchange buffer, and the slice's blocks meet at a counter there.
+use super::backward::bias_unit;
 use super::context::{Block, Step};
 use super::update;
 use super::*;
@@ -204,7 +205,7 @@ pub struct Sums<const N: usize, const O: usize> {
     /// order (as [`Acc::pairs`] packs them).
     pub dw1: [[[f32; 4]; O]; TILES_PER_WARP],
     /// dW2's elements of the thread's [`update::w2_element`] of each n-tile, db2's of its
-    /// class, db1's entry `tid`.
+    /// class, db1's entry of its [`bias_unit`].
     pub dw2: [f32; N],
     pub db2: f32,
     pub db1: f32,
@@ -254,7 +255,10 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     // they are requested before dW1's sums wait for theirs; within a cluster, after the block
     // barrier that lets this block's own be read.
     let w2_words: [usize; N] = core::array::from_fn(|n| 128 * n + update::w2_word(b));
-    let bias_words = [128 * N + update::w2_word(b), db1_at(N) + b.tid % b.units()];
+    let bias_words = [
+        128 * N + update::w2_word(b),
+        db1_at(N) + bias_unit(b).unwrap_or(0),
+    ];
     let small_of = |q: usize| {
         let own = b.own();
         let small =

@@ -309,7 +309,7 @@ mod kernel {
             let part = softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
             backward::hidden_grad(&b, &h);
             let out = Outbox::new::<T>(&b);
-            let db1 = backward::bias_share(&b, &out);
+            let db1 = backward::bias_share::<T, N>(&b, &out);
             backward::output_grads::<T, N>(&b, &out);
             let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
             let dw1 = backward::dw1_shares::<A, STREAM, T, N, O>(&b, &s, &mut ring, send);

@@ -4,7 +4,8 @@
 //! the W1 of half of them and sends the other its new values). W1 is updated in registers by
 //! the threads that computed its gradient, its fp16 copy in shared memory; W2 and b2 by the
 //! threads of warps 4-7, one element of each n-tile's dW2 (and of the db2) fragment each, after
-//! their W1 tiles (warp 0 has one tile more); b1 by the threads below the slice's units.
+//! their W1 tiles (warp 0 has one tile more); b1 by the bias warp ([`bias_unit`]).
+use super::backward::bias_unit;
 use super::context::{Block, Step};
 use super::exchange::{Outbox, Sums, splits_w1};
 use super::weights::{W1, set_w2_half, w1_shared};
@@ -72,8 +73,8 @@ pub fn sgd_step<const N: usize, const O: usize>(
         }
     }
     let p = b.small();
-    if b.tid < b.units() {
-        let (t, g) = (b.tid, sums.db1);
+    if let Some(t) = bias_unit(b) {
+        let g = sums.db1;
         unsafe {
             *p.b1_half.add(t) = round_h(sgd(
                 b,

@@ -717,7 +717,7 @@ mod tests {
             panic!("a 48 KiB block taken");
         };
         assert!(
-            why.contains("needs 63904 B of shared memory a block at the least"),
+            why.contains("needs 63648 B of shared memory a block at the least"),
             "{why}"
         );
         assert!(why.ends_with("capped"), "{why}");
