@@ -74,7 +74,7 @@ pub fn bias_share<const T: usize, const N: usize>(b: &Block, out: &Outbox) -> f3
         }
         // By select, not by index: a computed index would put `d` in local memory.
         if n == g / 2 {
-            db1 = if g % 2 == 0 { d[0] } else { d[1] };
+            db1 = if g.is_multiple_of(2) { d[0] } else { d[1] };
         }
     }
     match bias_unit(b) {
