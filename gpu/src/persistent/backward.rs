@@ -1,7 +1,7 @@
 //! Backward: the block's shares (its rows of the batch) of the gradients. dH through the ReLU
-//! on the tile warps, db1 on the bias warp, dW2 and db2 on the output warp, dW1 on every warp; the shares of
-//! the small ones go to the slice's other blocks as they are done ([`Outbox`]), dW1's after the
-//! phase.
+//! on the tile warps, db1 on the bias warp, dW2 and db2 on the output warp, dW1 on every warp;
+//! the shares of the small ones go to the slice's other blocks as they are done ([`Outbox`]),
+//! dW1's after the phase.
 use super::context::Block;
 use super::context::Step;
 use super::exchange::{Outbox, db1_at};
