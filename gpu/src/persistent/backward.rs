@@ -10,9 +10,9 @@ use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
-/// `f16x2` (1, 1): the B fragment that turns a product into column sums (db2), and the A
-/// fragment that turns one into row sums (db1).
+/// `f16x2` (1, 1): the B fragment that turns a product into row sums of A (db2).
 const ONES: [u32; 2] = [0x3c00_3c00; 2];
+/// The A fragment of ones, which turns a product into column sums of B (db1).
 const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
 /// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
 const OUTPUT_WARP: usize = WARPS - 1;
