@@ -30,6 +30,16 @@ pub const fn mma_c(lane: usize, e: usize) -> (usize, usize) {
     (g + 8 * (e >> 1), 2 * t + (e & 1))
 }
 
+/// Where `lane` finds its word of the transpose of an 8×8 matrix of 16-bit values held as an
+/// accumulator fragment (lane `4g + t` holds row `g`, columns `2t` and `2t + 1`, as one word):
+/// half `h` of the words of lanes `a` and `b`, returned as `(a, b, h)`. The transpose's word
+/// of lane `4g + t` is column `g`, rows `2t` and `2t + 1` of the matrix: a B fragment of the
+/// k8 shape whose k runs along the matrix's rows.
+pub const fn transpose_sources(lane: usize) -> (usize, usize, usize) {
+    let (g, t) = (lane / 4, lane % 4);
+    (8 * t + g / 2, 8 * t + 4 + g / 2, g % 2)
+}
+
 /// Which operand of `A·B` a shared-memory tile holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Operand {
@@ -128,6 +138,27 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Each lane's word gathered by [`transpose_sources`] holds, as the B fragment of the k8
+    /// shape says (k along the matrix's rows, n along its columns), the elements of the matrix
+    /// whose accumulator fragment the lanes held.
+    #[test]
+    fn transposed_accumulator_words_are_b_fragments() {
+        // Each half of a word names its element: row * 8 + column.
+        let word = |lane: usize| {
+            let [(r0, c0), (r1, c1)] = [0, 1].map(|e| mma_c(lane, e));
+            [r0 * 8 + c0, r1 * 8 + c1]
+        };
+        for lane in 0..32 {
+            let (a, b, h) = transpose_sources(lane);
+            let got = [word(a)[h], word(b)[h]];
+            let want = [0, 1].map(|h| {
+                let (k, n) = mma_b(lane, 0, h);
+                k * 8 + n
+            });
+            assert_eq!(got, want, "lane {lane}");
         }
     }
 

@@ -36,7 +36,7 @@ kernels! {
     PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
     PERSISTENT_SINGLE_F16 = "mlp1_persistent_single_f16", sm 80;
     PERSISTENT_SINGLE_F32 = "mlp1_persistent_single_f32", sm 80;
-    PERSISTENT_SINGLE4_F16 = "mlp1_persistent_single4_f16", sm 80;
+    PERSISTENT_SINGLE4_F16 = "mlp1_persistent_single4_f16", sm 75;
     PERSISTENT_SINGLE4_F32 = "mlp1_persistent_single4_f32", sm 80;
     PERSISTENT_STREAMED_F16 = "mlp1_persistent_streamed_f16", sm 75;
     PERSISTENT_STREAMED_F32 = "mlp1_persistent_streamed_f32", sm 75;

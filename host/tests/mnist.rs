@@ -257,14 +257,14 @@ fn streamed_persistent_steps_match_cpu_reference() {
     let Some(g) = open_with_ptx(Some(75)) else {
         return;
     };
-    // Its registers hold one chunk ahead: more stages are refused, as is the whole-batch
-    // kernel (either way), which needs sm_80.
+    // Its registers hold one chunk ahead: more stages are refused, as are the two-buffer
+    // kernel and the one-buffer kernel of half the batch, which need sm_80.
     let mut arena = Arena::measuring();
-    let singles = [2, 4].map(|parts| Feed::Single { parts });
-    for feed in [Feed::Streamed { stages: 4 }, Feed::Whole]
-        .into_iter()
-        .chain(singles)
-    {
+    for feed in [
+        Feed::Streamed { stages: 4 },
+        Feed::Whole,
+        Feed::Single { parts: 2 },
+    ] {
         let p = Persistent::new(&g, &mut arena, &[48, 24, 10], (8, 4), Accum::F16, feed);
         assert!(p.is_err(), "{feed:?}");
     }
@@ -272,14 +272,15 @@ fn streamed_persistent_steps_match_cpu_reference() {
 
 /// [`persistent_steps_match_cpu_reference`] with one whole-batch buffer, refilled after dW1:
 /// of half the batch, as an A100 runs it, and of a quarter (four blocks a slice, exchanging
-/// through global memory), as 99 KiB cards do; by the bulk copy on Hopper PTX, by every
-/// thread's `cp.async` on sm_80 PTX. A block's part is rounded up to whole 16-row tiles: at
-/// batch 120 the quarters hold 32, 32, 32 and 24 rows (a partial second tile), at batch 8 the
-/// first holds all 8 and three hold none.
+/// through global memory, W1's fp16 copy in registers), as 99 KiB cards and Turing do; by the
+/// bulk copy on Hopper PTX, by every thread's `cp.async` on sm_80 PTX, through registers on
+/// sm_75 PTX (a quarter only). A block's part is rounded up to whole 16-row tiles: at batch
+/// 120 the quarters hold 32, 32, 32 and 24 rows (a partial second tile), at batch 8 the first
+/// holds all 8 and three hold none.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn single_buffer_persistent_steps_match_cpu_reference() {
-    for ptx in [None, Some(80)] {
+    for ptx in [None, Some(80), Some(75)] {
         let Some(g) = open_with_ptx(ptx) else {
             continue;
         };
@@ -359,7 +360,10 @@ fn persistent_steps_against_cpu(
                     panic!("{sizes:?} batch {batch} is refused");
                 };
                 let feed = feed.unwrap_or(chosen);
-                if feed.kernel(acc).is_none() {
+                if !feed
+                    .kernel(acc)
+                    .is_some_and(|k| host::kernels::in_ptx_of(k, g.ptx.sm))
+                {
                     continue;
                 }
                 let carve = |arena: &mut Arena| {

@@ -2,6 +2,7 @@
 //! and over a block through one value per warp in shared memory.
 use super::sync::sync_threads;
 use super::thread::{WARP, block_dim_x, lane, warp_id};
+use crate::layout::transpose_sources;
 use core::arch::asm;
 use core::ops::Add;
 
@@ -23,6 +24,31 @@ pub fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
              r = out(reg32) r, v = in(reg32) v, m = in(reg32) mask, options(nomem, nostack));
     }
     r
+}
+
+/// Lane `src`'s `v`.
+#[inline(always)]
+pub fn shfl_idx_u32(v: u32, src: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.idx.b32 {r}, {v}, {s}, 0x1f, 0xffffffff;",
+             r = out(reg32) r, v = in(reg32) v, s = in(reg32) src, options(nomem, nostack));
+    }
+    r
+}
+
+/// `lane`'s word of the transpose of an 8×8 matrix of 16-bit values that the warp holds as an
+/// accumulator fragment, one word a lane ([`transpose_sources`]): the B fragment (k8) of the
+/// matrix whose rows are k. Two shuffles; every lane of the warp must take part.
+#[inline(always)]
+pub fn transpose_b16(lane: usize, word: u32) -> u32 {
+    let (a, b, h) = transpose_sources(lane);
+    let (x, y) = (shfl_idx_u32(word, a as u32), shfl_idx_u32(word, b as u32));
+    if h == 0 {
+        (x & 0xffff) | (y << 16)
+    } else {
+        (x >> 16) | (y & 0xffff_0000)
+    }
 }
 
 /// A value the lanes of a warp can exchange and add: f32, or f64 (two 32-bit shuffles) for

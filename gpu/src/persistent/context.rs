@@ -45,8 +45,15 @@ pub const fn whole_block_meets(stream: bool, single: bool) -> bool {
 
 impl Block {
     #[inline(always)]
-    /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most.
-    pub fn new<const STREAM: bool, const SINGLE: bool, const T: usize, const N: usize>(
+    /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most, in
+    /// slices of `N` n-tiles, W1's fp16 copy in registers with `R`.
+    pub fn new<
+        const STREAM: bool,
+        const SINGLE: bool,
+        const T: usize,
+        const N: usize,
+        const R: bool,
+    >(
         args: Params,
     ) -> Block {
         let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
@@ -55,7 +62,7 @@ impl Block {
         } else if N > 1 {
             Smem::wide(batch, dim, N)
         } else {
-            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 }, parts)
+            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 }, parts, R)
         };
         let base = dynamic_shared::<u8>();
         let blk = block_x();

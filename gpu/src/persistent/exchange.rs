@@ -224,7 +224,7 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
     (dw1, db1): (&[[A; O]; TILES_PER_WARP], f32),
-    freed: impl Fn(),
+    mut freed: impl FnMut(),
 ) -> Sums<N, O> {
     let parts = parts(T);
     let exchange = b.args.exchange as *mut u32;
@@ -291,7 +291,11 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
             })
         });
     }
-    if !in_cluster(T) {
+    // The copies into the freed buffer: `cp.async` before the sums wait for the words (the
+    // copies delay the words' loads if issued first); sm_75's loads into registers after
+    // them, since beside every part's words they take more registers than a thread has.
+    let copies_early = cfg!(target_feature = "sm_80");
+    if !in_cluster(T) && copies_early {
         freed();
     }
     let mut sums = Sums {
@@ -308,6 +312,9 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
                 sums.dw1[i][g][2 * p + 1] = v[1];
             }
         }
+    }
+    if !in_cluster(T) && !copies_early {
+        freed();
     }
     if in_cluster(T) {
         sync_threads();

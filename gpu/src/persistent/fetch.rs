@@ -7,7 +7,8 @@
 //!   loader warps: a warp issuing `cp.async` stalls until the memory system takes the copies);
 //! - with one buffer (where two do not fit, as on an A100 at MNIST's size), into it once dW1 has
 //!   read it, during the exchange and the update: by the bulk copy on Hopper, elsewhere by every
-//!   thread's `cp.async` pieces.
+//!   thread's `cp.async` pieces; on sm_75, which has no `cp.async`, every thread loads its
+//!   pieces into registers ([`Copies`]) then and stores them before the next step's forward.
 use super::context::{Block, Step};
 use super::*;
 use crate::arch::*;
@@ -22,7 +23,7 @@ fn buffer(b: &Block, s: &Step) -> usize {
     b.step_buffer(s.k)
 }
 
-/// The threads that copy a batch with `cp.async` (not on Hopper): the loader warps, or every
+/// The threads that copy a batch in 16-byte pieces (not on Hopper): the loader warps, or every
 /// thread with one buffer. The first and how many.
 #[inline(always)]
 fn copiers(b: &Block) -> (usize, usize) {
@@ -31,6 +32,12 @@ fn copiers(b: &Block) -> (usize, usize) {
     } else {
         (TILE_WARPS * 32, THREADS - TILE_WARPS * 32)
     }
+}
+
+/// Whether this thread copies batches in pieces.
+#[inline(always)]
+fn is_copier(b: &Block) -> bool {
+    b.tid >= copiers(b).0
 }
 
 /// Bytes of the block's rows of a step.
@@ -46,23 +53,84 @@ fn batch_src(b: &Block, index: u32) -> *const u8 {
     unsafe { batches.add((index as usize * b.args.batch as usize + b.r0) * b.lay.stride) }
 }
 
-/// The copiers' copy of step `index`'s rows into buffer `buf` (not on Hopper).
-#[inline(always)]
-fn load_batch(b: &Block, buf: usize, index: u32) {
-    let (from, to) = (batch_src(b, index), b.batch_buffer(buf));
-    let (first, count) = copiers(b);
-    let mut i = 16 * (b.tid - first);
-    while i < batch_bytes(b) {
-        cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
-        i += 16 * count;
-    }
-    cp_async_commit();
+/// 16-byte pieces a thread copies through registers at most (sm_75): every thread's share of
+/// a quarter of the batch at [`MAX_DIM`], the one buffer of the kernel sm_75 has.
+#[cfg(not(target_feature = "sm_80"))]
+const STAGED: usize = (tiles(MAX_PARTS) * 16 * row_stride(MAX_DIM) / 16).div_ceil(THREADS);
+
+/// A copier's pieces of a batch between their issue and the step that reads them (not on
+/// Hopper): `cp.async` groups on sm_80 and later, which land in shared memory by themselves;
+/// on sm_75, which has no `cp.async`, the pieces loaded into registers, stored into the buffer
+/// when the step waits for them (the one-buffer kernel: its buffer is free from dW1 on).
+pub struct Copies {
+    #[cfg(not(target_feature = "sm_80"))]
+    staged: [[u32; 4]; STAGED],
 }
 
-/// Whether this thread copies batches with `cp.async`.
-#[inline(always)]
-fn is_copier(b: &Block) -> bool {
-    b.tid >= copiers(b).0
+impl Copies {
+    /// No copies issued yet (and none ever in the streamed kernels, whose ring loads the
+    /// batch).
+    #[inline(always)]
+    pub fn idle() -> Copies {
+        Copies {
+            #[cfg(not(target_feature = "sm_80"))]
+            staged: [[0; 4]; STAGED],
+        }
+    }
+
+    /// The copier's pieces of step `index`'s rows, for buffer `buf`.
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    fn issue(&mut self, b: &Block, buf: usize, index: u32) {
+        let (from, to) = (batch_src(b, index), b.batch_buffer(buf));
+        let (first, count) = copiers(b);
+        let mut i = 16 * (b.tid - first);
+        while i < batch_bytes(b) {
+            cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
+            i += 16 * count;
+        }
+        cp_async_commit();
+    }
+
+    /// The copier's pieces of step `index`'s rows, for the one buffer: every thread loads every
+    /// [`THREADS`]th piece into registers.
+    #[cfg(not(target_feature = "sm_80"))]
+    #[inline(always)]
+    fn issue(&mut self, b: &Block, _buf: usize, index: u32) {
+        let from = batch_src(b, index);
+        for j in 0..STAGED {
+            let i = 16 * (b.tid + THREADS * j);
+            // Every piece is written, so the registers hold nothing from [`Copies::land`] to
+            // here; a piece past the rows keeps none of its old value alive.
+            self.staged[j] = if i < batch_bytes(b) {
+                ld_global_v4(unsafe { from.add(i) })
+            } else {
+                [0; 4]
+            };
+        }
+    }
+
+    /// Waits until the copier's pieces are in shared memory.
+    #[cfg(target_feature = "sm_80")]
+    #[inline(always)]
+    fn land(&self, _b: &Block) {
+        cp_async_wait::<0>();
+    }
+
+    /// Stores the staged pieces into the one buffer, which dW1 has done with and no warp reads
+    /// until the block barrier after this.
+    #[cfg(not(target_feature = "sm_80"))]
+    #[inline(always)]
+    fn land(&self, b: &Block) {
+        const { assert!(tiles(MAX_PARTS) * 16 * row_stride(MAX_DIM) <= 16 * THREADS * STAGED) };
+        let to = b.batch_buffer(0);
+        for j in 0..STAGED {
+            let i = 16 * (b.tid + THREADS * j);
+            if i < batch_bytes(b) {
+                st_shared_v4(to + i as u32, self.staged[j]);
+            }
+        }
+    }
 }
 
 /// One bulk copy of step `index`'s rows into buffer `buf`, announced at the buffer's mbarrier
@@ -79,8 +147,9 @@ fn bulk_batch(b: &Block, buf: usize, index: u32) {
 /// Before the first step: the first batch (on Hopper with two buffers the first two, after
 /// the buffers' mbarriers are initialised).
 #[inline(always)]
-pub fn start(b: &Block) {
+pub fn start(b: &Block) -> Copies {
     let (step0, steps) = (b.args.step0, b.args.steps);
+    let mut copies = Copies::idle();
     if HOPPER {
         if b.tid == 0 {
             for i in 0..2 {
@@ -96,8 +165,9 @@ pub fn start(b: &Block) {
             }
         }
     } else if is_copier(b) {
-        load_batch(b, 0, step0);
+        copies.issue(b, 0, step0);
     }
+    copies
 }
 
 /// Waits until the step's rows have landed. On Hopper the buffer's mbarrier suffices, whose
@@ -105,13 +175,13 @@ pub fn start(b: &Block) {
 /// one): the next fill is issued only after a block barrier that every thread reaches past
 /// this wait, so no thread waits more than a phase behind.
 #[inline(always)]
-pub fn wait(b: &Block, s: &Step) {
+pub fn wait(b: &Block, s: &Step, copies: &Copies) {
     if HOPPER {
         let fills = if b.single() { s.k } else { s.k / 2 };
         mbar_wait::<false>(b.mbar(buffer(b, s)), fills % 2);
     } else {
         if is_copier(b) {
-            cp_async_wait::<0>();
+            copies.land(b);
         }
         sync_threads();
     }
@@ -120,17 +190,17 @@ pub fn wait(b: &Block, s: &Step) {
 /// Not on Hopper, with two buffers: the loader warps fetch the next batch into the other
 /// buffer (last read by the previous step's dW1) while the tile warps finish the forward.
 #[inline(always)]
-pub fn load_next(b: &Block, s: &Step) {
+pub fn load_next(b: &Block, s: &Step, copies: &mut Copies) {
     if !b.single() && is_copier(b) && s.has_next(b.args.steps) {
-        load_batch(b, 1 - buffer(b, s), s.index + 1);
+        copies.issue(b, 1 - buffer(b, s), s.index + 1);
     }
 }
 
 /// After `exchange::receive`'s block barrier, which frees the step's buffer (dW1 was its last
 /// reader): on Hopper the bulk copy of the batch after next into it (of the next batch with one
-/// buffer); elsewhere, with one buffer, every thread's copy of the next batch.
+/// buffer); elsewhere, with one buffer, every thread's copies of the next batch.
 #[inline(always)]
-pub fn after_dw1(b: &Block, s: &Step) {
+pub fn after_dw1(b: &Block, s: &Step, copies: &mut Copies) {
     let ahead = if b.single() { 1 } else { 2 };
     let more = s.k + ahead < b.args.steps;
     if HOPPER {
@@ -138,6 +208,6 @@ pub fn after_dw1(b: &Block, s: &Step) {
             bulk_batch(b, buffer(b, s), s.index + ahead);
         }
     } else if b.single() && more {
-        load_batch(b, 0, s.index + 1);
+        copies.issue(b, 0, s.index + 1);
     }
 }

@@ -6,17 +6,18 @@
 //! which is the A fragment of the partial logits; it is also stored fp16 for dW2.
 use super::context::{Block, Step};
 use super::stream::{Ring, chunks};
+use super::weights::W1;
 use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
-/// Warps that split the forward's K. All eight where no warp fetches meanwhile (on Hopper the
-/// copy engine fetches the next batch; the streamed kernels' warps all load between chunks; one
-/// whole-batch buffer fills after dW1) and their partials fit [`partials_bytes`], which fp32
-/// ones fit four of; else the tile warps (the whole-batch kernel's loader warps issue
-/// `cp.async` meanwhile).
-const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
-    if (HOPPER || STREAM) && size_of::<A>() == 8 {
+/// Warps that split the forward's K for blocks of `tiles` 16-row tiles. All eight where no
+/// warp fetches meanwhile (on Hopper the copy engine fetches the next batch; the streamed
+/// kernels' warps all load between chunks; one whole-batch buffer fills after dW1) and their
+/// partials fit [`partials_bytes`] (fp32 ones of four tiles fit four warps); else the tile
+/// warps (the whole-batch kernel's loader warps issue `cp.async` meanwhile).
+const fn forward_warps<A: Acc, const STREAM: bool>(tiles: usize) -> usize {
+    if (HOPPER || STREAM) && WARPS * tiles * 32 * size_of::<A>() <= partials_bytes(1) {
         WARPS
     } else {
         TILE_WARPS
@@ -27,31 +28,40 @@ const fn forward_warps<A: Acc, const STREAM: bool>() -> usize {
 /// are its dW1 tiles: eight warps split K in the whole-batch kernels on Hopper), so that a step
 /// can end with a warp barrier: the forward's block barrier comes before anything else reads
 /// what the update wrote. (It would not before the launch's write-back, which has its own.)
-pub const fn reads_own_w1_rows<A: Acc, const STREAM: bool>() -> bool {
-    HOPPER && !STREAM && forward_warps::<A, false>() == WARPS
+pub const fn reads_own_w1_rows<A: Acc, const STREAM: bool>(tiles: usize) -> bool {
+    HOPPER && !STREAM && forward_warps::<A, false>(tiles) == WARPS
 }
 
 /// The tile warp's H fragment of each n-tile (zeros from other warps), after storing it fp16
 /// in shared memory. The streamed kernels read the batch from `ring`. A block has `T` 16-row
-/// tiles at most and `N` n-tiles.
+/// tiles at most and `N` n-tiles; W1's fp16 values come from `w1` (with `R`, its registers).
 #[inline(always)]
-pub fn hidden<A: Acc, const STREAM: bool, const T: usize, const N: usize>(
+pub fn hidden<
+    A: Acc,
+    const STREAM: bool,
+    const T: usize,
+    const N: usize,
+    const O: usize,
+    const R: bool,
+>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
+    w1: &W1<O, R>,
 ) -> [[f32; 4]; N] {
     // The one-buffer kernel (STREAM false) splits as the streamed ones do.
     const {
-        let bytes = MAX_TILES * N * 32 * size_of::<A>();
-        assert!(forward_warps::<A, false>() * bytes <= partials_bytes(N));
-        assert!(forward_warps::<A, true>() * bytes <= partials_bytes(N));
+        let bytes = T * N * 32 * size_of::<A>();
+        assert!(forward_warps::<A, false>(T) * bytes <= partials_bytes(N));
+        assert!(forward_warps::<A, true>(T) * bytes <= partials_bytes(N));
         assert!(T <= MAX_TILES);
+        assert!(!R || (N == 1 && !STREAM && forward_warps::<A, true>(T) == WARPS));
     };
     // With one whole-batch buffer no warp loads during the forward either.
     let fwd = if b.single() {
-        forward_warps::<A, true>()
+        forward_warps::<A, true>(T)
     } else {
-        forward_warps::<A, STREAM>()
+        forward_warps::<A, STREAM>(T)
     };
     if STREAM {
         // Every thread takes part in the ring, rows or not.
@@ -61,7 +71,10 @@ pub fn hidden<A: Acc, const STREAM: bool, const T: usize, const N: usize>(
         }
         sync_threads();
     } else if b.mine > 0 {
-        if b.warp < fwd {
+        if R {
+            let acc = k_own::<A, T, N, O, R>(b, s, w1);
+            store_partials(b, &acc);
+        } else if b.warp < fwd {
             let acc = k_split::<A, T, N>(b, s, fwd);
             store_partials(b, &acc);
         }
@@ -78,7 +91,7 @@ pub fn hidden<A: Acc, const STREAM: bool, const T: usize, const N: usize>(
         let (g, t) = (b.group(), b.in_group());
         let row = (16 * b.warp + g) as u32;
         for n in 0..N {
-            let sum = sum_partials::<A, N>(b, fwd, n);
+            let sum = sum_partials::<A, T, N>(b, fwd, n);
             for e in 0..4 {
                 let unit = UNITS * n + 2 * t + (e & 1);
                 let v = unsafe { *b.small().b1_half.add(unit) } + sum.get(e);
@@ -146,6 +159,45 @@ fn k_split<A: Acc, const T: usize, const N: usize>(b: &Block, s: &Step, fwd: usi
     acc
 }
 
+/// [`k_split`] with W1's B fragments in registers ([`W1`] with `R`): every warp takes the
+/// k-steps `warp + WARPS·i`, the input tiles whose dW1 it computes and whose W1 it updates,
+/// with `i` unrolled so that the fragments stay in registers. Warps with a k-step fewer than
+/// warp 0 (which sets the pace) multiply a repeat of their last by zeros, branch-free.
+#[inline(always)]
+fn k_own<A: Acc, const T: usize, const N: usize, const O: usize, const R: bool>(
+    b: &Block,
+    s: &Step,
+    w1: &W1<O, R>,
+) -> [[A; N]; T] {
+    let (ktiles, stride) = (b.ktiles, b.lay.stride);
+    let tiles = b.rows() / 16;
+    let mut acc = [[A::ZERO; N]; T];
+    let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, true);
+    let a0 = s.x + (mm * stride + 2 * kk) as u32;
+    let a_at: [u32; T] = core::array::from_fn(|m| a0 + (16 * m.min(tiles - 1) * stride) as u32);
+    let frag = |i: usize| {
+        let ks = b.warp + WARPS * i;
+        let bf = if ks < ktiles { w1.half[i][0] } else { [0; 2] };
+        let at = 32 * ks.min(ktiles - 1) as u32;
+        (a_at.map(|a| ldmatrix_x4(a + at)), bf)
+    };
+    // The next k-step's fragments are loaded before this one's mma are issued.
+    let steps = ktiles.div_ceil(WARPS);
+    let mut next = frag(0);
+    for i in 0..TILES_PER_WARP {
+        if i < steps {
+            let (a, bf) = next;
+            if i + 1 < steps {
+                next = frag(i + 1);
+            }
+            for m in 0..T {
+                acc[m][0].mma_k16(a[m], bf);
+            }
+        }
+    }
+    acc
+}
+
 /// [`k_split`] over the streamed batch: chunk `c` holds k-steps `8c..8c + 8`, of which warp `w`
 /// takes `8c + w` (and `8c + w + 4` where four warps split K). Every thread calls it (the ring's
 /// barriers); only the forward's warps compute.
@@ -182,11 +234,16 @@ fn k_chunks<A: Acc, const T: usize, const N: usize>(
     acc
 }
 
-/// Where forward warp `from` leaves its partial sums of tile `m`, n-tile `n`:
+/// Where forward warp `from` leaves its partial sums of tile `m` (of `T`), n-tile `n`:
 /// `[warp][tile][n-tile][lane]`.
 #[inline(always)]
-fn partial<A: Acc, const N: usize>(b: &Block, from: usize, m: usize, n: usize) -> u32 {
-    let at = ((from * MAX_TILES + m) * N + n) * 32 + b.lane;
+fn partial<A: Acc, const T: usize, const N: usize>(
+    b: &Block,
+    from: usize,
+    m: usize,
+    n: usize,
+) -> u32 {
+    let at = ((from * T + m) * N + n) * 32 + b.lane;
     b.at(b.lay.partials + at * size_of::<A>())
 }
 
@@ -195,7 +252,7 @@ fn partial<A: Acc, const N: usize>(b: &Block, from: usize, m: usize, n: usize) -
 fn store_partials<A: Acc, const T: usize, const N: usize>(b: &Block, acc: &[[A; N]; T]) {
     for m in 0..T {
         for n in 0..N {
-            st_shared_acc(partial::<A, N>(b, b.warp, m, n), acc[m][n]);
+            st_shared_acc(partial::<A, T, N>(b, b.warp, m, n), acc[m][n]);
         }
     }
 }
@@ -205,10 +262,10 @@ fn store_partials<A: Acc, const T: usize, const N: usize>(b: &Block, acc: &[[A; 
 /// warps past the forward's): loads each under its own branch, each waited for before the
 /// next, cost more than the split saves.
 #[inline(always)]
-fn sum_partials<A: Acc, const N: usize>(b: &Block, fwd: usize, n: usize) -> A {
+fn sum_partials<A: Acc, const T: usize, const N: usize>(b: &Block, fwd: usize, n: usize) -> A {
     let mut p: [A; WARPS] = core::array::from_fn(|from| {
         if from < fwd {
-            ld_shared_acc(partial::<A, N>(b, from, b.warp, n))
+            ld_shared_acc(partial::<A, T, N>(b, from, b.warp, n))
         } else {
             A::ZERO
         }

@@ -104,6 +104,16 @@ pub const fn parts(tiles: usize) -> usize {
 pub const fn tiles(parts: usize) -> usize {
     MAX_BATCH / 16 / parts
 }
+/// Whether the one-buffer kernel of `parts` parts in PTX for `sm` keeps W1's fp16 copy in
+/// registers, as the forward's B fragments, rather than in shared memory: the quarters of the
+/// batch on sm_75, whose eight warps all split the forward over the k-steps that are their
+/// own dW1 tiles (so each warp reads only W1 values it updates itself). That leaves a block
+/// one batch buffer and little else, which fits Turing's 64 KiB at MNIST's size. Where the
+/// shared memory holds the copy, it stays there: the register copy's shuffles and registers
+/// cost the sm_80 quarter kernel 7% (`docs/persistent.md`).
+pub const fn w1_in_registers(sm: u32, parts: usize) -> bool {
+    sm < 80 && parts == MAX_PARTS
+}
 /// The parts of the two-buffer and streamed kernels.
 pub const PAIR: usize = 2;
 /// Parts at most: the one-buffer kernels' quarters of the batch.
@@ -227,7 +237,7 @@ mod backward;
 mod context;
 #[cfg(target_arch = "nvptx64")]
 mod exchange;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 mod fetch;
 #[cfg(target_arch = "nvptx64")]
 mod forward;
@@ -248,16 +258,17 @@ mod weights;
 mod kernel {
     use super::context::{Block, Step};
     use super::exchange::Outbox;
+    use super::fetch::Copies;
     use super::stream::Ring;
     use super::weights::W1;
     use super::*;
     use crate::arch::{Acc, HOPPER, sync_threads, sync_warp};
 
     /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
-    /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`, sm_80+),
-    /// two of them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so
-    /// a slice has [`parts`]`(T)` blocks; its slice has `N` n-tiles, of which it updates `O`
-    /// ([`owned`]).
+    /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`), two of
+    /// them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so a slice
+    /// has [`parts`]`(T)` blocks; its slice has `N` n-tiles, of which it updates `O`
+    /// ([`owned`]); `R` keeps W1's fp16 copy in registers ([`w1_in_registers`]).
     #[inline(always)]
     unsafe fn train<
         A: Acc,
@@ -266,6 +277,7 @@ mod kernel {
         const T: usize,
         const N: usize,
         const O: usize,
+        const R: bool,
     >(
         args: Params,
     ) {
@@ -276,34 +288,38 @@ mod kernel {
                 "the ring loads a half of the batch"
             );
             assert!(O == owned(N));
+            assert!(R == (SINGLE && w1_in_registers(BUILT_FOR, parts(T))));
+            assert!(
+                cfg!(target_feature = "sm_80") || STREAM || (SINGLE && R),
+                "sm_75 copies through registers: the ring, or one buffer of a quarter"
+            );
             assert!(
                 N == 1 || (HOPPER && SINGLE && !STREAM && parts(T) == PAIR),
                 "wide slices: one buffer, a pair of blocks in a cluster"
             );
         };
-        let block = Block::new::<STREAM, SINGLE, T, N>(args);
-        let mut w1 = W1::<O>::load(&block);
+        let block = Block::new::<STREAM, SINGLE, T, N, R>(args);
+        let mut w1 = W1::<O, R>::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
         exchange::open::<T>(&block);
         let mut ring = Ring::start::<STREAM>(&block);
-        #[cfg(target_feature = "sm_80")]
-        if !STREAM {
-            fetch::start(&block);
-        }
+        let mut copies = if STREAM {
+            Copies::idle()
+        } else {
+            fetch::start(&block)
+        };
         for k in 0..args.steps {
             let b = block.for_step();
             let s = Step::new(&b, k);
-            #[cfg(target_feature = "sm_80")]
             if !STREAM {
-                fetch::wait(&b, &s);
+                fetch::wait(&b, &s, &copies);
             }
             exchange::wait_w1(&b, &s);
-            let h = forward::hidden::<A, STREAM, T, N>(&b, &s, &mut ring);
+            let h = forward::hidden::<A, STREAM, T, N, O, R>(&b, &s, &mut ring, &w1);
             logits::add_partials(&b, &s, &h);
-            #[cfg(target_feature = "sm_80")]
-            if !HOPPER && !STREAM {
-                fetch::load_next(&b, &s);
+            if !HOPPER && !STREAM && !SINGLE {
+                fetch::load_next(&b, &s, &mut copies);
             }
             logits::exchange(&b, &s);
             let part = softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
@@ -315,14 +331,13 @@ mod kernel {
             let dw1 = backward::dw1_shares::<A, STREAM, T, N, O>(&b, &s, &mut ring, send);
             softmax::loss_sums(&b, part);
             let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
-                #[cfg(target_feature = "sm_80")]
                 if !STREAM {
-                    fetch::after_dw1(&b, &s);
+                    fetch::after_dw1(&b, &s, &mut copies);
                 }
             });
             softmax::record_loss(&b, &s);
             update::sgd_step(&b, &s, &mut w1, &sums, &out);
-            if forward::reads_own_w1_rows::<A, STREAM>() {
+            if forward::reads_own_w1_rows::<A, STREAM>(T) {
                 sync_warp();
             } else {
                 sync_threads();
@@ -339,9 +354,17 @@ mod kernel {
         }
     }
 
-    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator
-    /// (the wide kernels, `n` n-tiles a slice, `_f16` only: fp32 accumulators for several
-    /// n-tiles take more registers than a thread has).
+    /// The architecture this PTX is built for, as far as the kernels tell them apart: sm_80
+    /// (`cp.async`) and later, or sm_75.
+    const BUILT_FOR: u32 = if cfg!(target_feature = "sm_80") {
+        80
+    } else {
+        75
+    };
+
+    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator, or
+    /// as `name` with one accumulator (the wide kernels, `n` n-tiles a slice, `_f16` only: fp32
+    /// accumulators for several n-tiles take more registers than a thread has).
     macro_rules! export {
         ($name:literal, $stream:literal, $single:literal, $parts:literal) => {
             export!(
@@ -366,7 +389,8 @@ mod kernel {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
                     const T: usize = tiles($parts);
-                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }>(args) }
+                    const R: bool = $single && w1_in_registers(BUILT_FOR, $parts);
+                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }, R>(args) }
                 }
             };
         };
@@ -375,8 +399,11 @@ mod kernel {
     export!("mlp1_persistent", false, false, 2);
     #[cfg(target_feature = "sm_80")]
     export!("mlp1_persistent_single", false, true, 2);
+    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4, 1);
+    // On sm_75, with W1 in registers, fp32 accumulators need more registers than a thread has:
+    // fp32 runs stream there.
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single4", false, true, 4);
+    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4, 1);
     export!("mlp1_persistent_streamed", true, false, 2);
     #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
     export!("mlp1_persistent_wide2_f16", [u32; 2], false, true, 2, 2);

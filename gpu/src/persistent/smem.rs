@@ -82,9 +82,10 @@ pub struct Smem {
     /// per input, so the forward's B fragments are `ldmatrix.trans` loads and an update stores
     /// a unit pair in one word. Within a Hopper cluster the partner's dW1 share of the planes
     /// this block updates (16·dim bytes each) arrives in them, and the partner's new values of
-    /// the others.
+    /// the others. None where the block keeps them in registers ([`w1_in_registers`]).
     pub w1: usize,
-    /// Bytes of a plane of W1.
+    /// Planes of W1 (`n`, or none), and the bytes of one.
+    pub w1_planes: usize,
     pub w1_plane: usize,
     /// `H[:, s]` and `dH[:, s]`, fp16 `[n][rows rounded to 32][UNITS]` each, of `h_plane`
     /// bytes a plane.
@@ -122,36 +123,56 @@ pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
 impl Smem {
     /// The layout with `buffers` buffers of whole rows of one of `parts` parts of the batch:
     /// two (the next batch arrives in one while the step reads the other), or one (refilled
-    /// after dW1); slices of one n-tile.
-    pub const fn whole(batch: usize, dim: usize, buffers: usize, parts: usize) -> Smem {
+    /// after dW1); slices of one n-tile, W1's fp16 copy in registers if `w1_in_registers`.
+    pub const fn whole(
+        batch: usize,
+        dim: usize,
+        buffers: usize,
+        parts: usize,
+        w1_in_registers: bool,
+    ) -> Smem {
+        let w1_planes = if w1_in_registers { 0 } else { 1 };
         Smem::with_buffers(
             batch.div_ceil(parts),
             dim,
             (buffers, row_stride(dim)),
             false,
-            1,
+            (1, w1_planes),
         )
     }
 
     /// The wide kernels' layout: slices of `n` n-tiles, one buffer of half the batch.
     pub const fn wide(batch: usize, dim: usize, n: usize) -> Smem {
-        Smem::with_buffers(batch.div_ceil(PAIR), dim, (1, row_stride(dim)), false, n)
+        Smem::with_buffers(
+            batch.div_ceil(PAIR),
+            dim,
+            (1, row_stride(dim)),
+            false,
+            (n, n),
+        )
     }
 
     /// The streamed kernels' layout, with a ring of `stages` chunk buffers (the batch in two
     /// parts).
     pub const fn streamed(batch: usize, dim: usize, stages: usize) -> Smem {
-        Smem::with_buffers(batch.div_ceil(PAIR), dim, (stages, CHUNK_STRIDE), true, 1)
+        Smem::with_buffers(
+            batch.div_ceil(PAIR),
+            dim,
+            (stages, CHUNK_STRIDE),
+            true,
+            (1, 1),
+        )
     }
 
     /// The layout for a block's `part` rows of the batch in `buffers` buffers of `buffer_row`
-    /// bytes a row, and slices of `n` n-tiles.
+    /// bytes a row, and slices of `n` n-tiles, of which `w1_planes` have their W1 in shared
+    /// memory (all or none).
     const fn with_buffers(
         part: usize,
         dim: usize,
         (buffers, buffer_row): (usize, usize),
         streamed: bool,
-        n: usize,
+        (n, w1_planes): (usize, usize),
     ) -> Smem {
         let units = n * UNITS;
         let rows = part.div_ceil(16) * 16;
@@ -160,7 +181,7 @@ impl Smem {
         let x = 0;
         let w1 = x + buffers * rows * buffer_row;
         let (w1_plane, h_plane) = (dim * UNITS * 2, rows32 * UNITS * 2);
-        let h = w1 + n * w1_plane;
+        let h = w1 + w1_planes * w1_plane;
         let dh = h + n * h_plane;
         let dl = dh + n * h_plane;
         let w2_cu = dl + rows * MAX_CLASSES * 2;
@@ -180,6 +201,7 @@ impl Smem {
             x,
             n,
             w1,
+            w1_planes,
             w1_plane,
             h,
             dh,
@@ -216,18 +238,25 @@ mod tests {
             (64, 32),
         ] {
             for (m, parts) in [
-                (Smem::whole(batch, dim, 2, PAIR), PAIR),
-                (Smem::whole(batch, dim, 1, PAIR), PAIR),
-                (Smem::whole(batch, dim, 1, 4), 4),
+                (Smem::whole(batch, dim, 2, PAIR, false), PAIR),
+                (Smem::whole(batch, dim, 1, PAIR, false), PAIR),
+                (Smem::whole(batch, dim, 1, 4, false), 4),
+                (Smem::whole(batch, dim, 1, 4, true), 4),
                 (Smem::streamed(batch, dim, MAX_STAGES), PAIR),
                 (Smem::wide(batch, dim, 2), PAIR),
                 (Smem::wide(batch, dim, 4), PAIR),
             ] {
-                let regions = [
-                    m.x, m.w1, m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own,
-                    m.partials, m.mbar, m.bytes,
-                ];
-                for r in regions {
+                // W1's region is empty where it lives in registers.
+                let w1 = (m.w1_planes > 0).then_some(m.w1);
+                let regions: Vec<usize> = [m.x]
+                    .into_iter()
+                    .chain(w1)
+                    .chain([
+                        m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own, m.partials,
+                        m.mbar, m.bytes,
+                    ])
+                    .collect();
+                for &r in &regions {
                     assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
                 }
                 assert!(regions.windows(2).all(|w| w[0] < w[1]), "{m:?}");
@@ -244,7 +273,8 @@ mod tests {
                 // The partner's dW1 share (fp16 pairs of every input tile's fragment) fits a
                 // plane of W1; the planes of W1, H and dH follow each other.
                 assert!(m.w1_plane >= dim.div_ceil(16) * 32 * 2 * 4);
-                assert_eq!(m.w1 + m.n * m.w1_plane, m.h);
+                assert!(m.w1_planes == m.n || m.w1_planes == 0);
+                assert_eq!(m.w1 + m.w1_planes * m.w1_plane, m.h);
                 assert_eq!(m.h + m.n * m.h_plane, m.dh);
                 assert_eq!(m.h_plane % 16, 0);
                 assert!(m.h_plane >= m.rows * UNITS * 2);
@@ -255,7 +285,8 @@ mod tests {
     /// The streamed layout of MNIST's batch of 128 fits each GPU generation's shared memory
     /// per block with the stages the host gives it: Turing's 64 KiB two, the 99 KiB of sm_86
     /// and sm_89 four, an A100's 163 KiB the most; the whole batch fits only Hopper's 227 KiB,
-    /// one buffer of half of it an A100's, of a quarter 99 KiB.
+    /// one buffer of half of it an A100's, of a quarter 99 KiB, and Turing's 64 KiB with W1 in
+    /// registers.
     #[test]
     fn mnist_streams_through_every_generation() {
         for (kib, stages) in [(64, 2), (99, 4), (163, MAX_STAGES)] {
@@ -265,21 +296,21 @@ mod tests {
             );
         }
         assert!(Smem::streamed(128, 784, 5).bytes > 99 * 1024);
-        assert!(Smem::whole(128, 784, 2, PAIR).bytes > 163 * 1024);
-        for (parts, kib) in [(2, 163), (4, 99)] {
-            let single = Smem::whole(128, 784, 1, parts).bytes;
+        let whole = |buffers, parts, registers| Smem::whole(128, 784, buffers, parts, registers);
+        assert!(whole(2, PAIR, false).bytes > 163 * 1024);
+        for (parts, registers, kib) in [(2, false, 163), (4, false, 99), (4, true, 64)] {
+            let single = whole(1, parts, registers).bytes;
             assert!(single <= kib * 1024, "{parts} parts in {kib} KiB");
-            if parts > PAIR {
-                assert!(Smem::whole(128, 784, 1, parts / 2).bytes > kib * 1024);
-            }
+            assert!(whole(1, parts / 2, false).bytes > kib * 1024);
         }
+        assert!(whole(1, 4, false).bytes > 64 * 1024);
     }
 
     /// The default MNIST model fits an H100's 227 KB per block, and so do slices of 16 and 32
     /// units with one buffer of half the batch (two buffers do not).
     #[test]
     fn mnist_fits_an_h100() {
-        let m = Smem::whole(128, 784, 2, PAIR);
+        let m = Smem::whole(128, 784, 2, PAIR, false);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
         for n in WIDE {
@@ -290,14 +321,21 @@ mod tests {
         }
     }
 
-    /// MNIST's layout at batch 128 with slices of one n-tile is the one `docs/persistent.md`
-    /// tabulates: 231,584 bytes, the small parameters 1,376 of them.
+    /// MNIST's layouts at batch 128 with slices of one n-tile are the ones `docs/persistent.md`
+    /// gives: 231,584 bytes with two buffers (the small parameters 1,376 of them), 130,208 with
+    /// one of half the batch, 77,472 of a quarter and 64,928 with W1 in registers, 63,648 for a
+    /// ring of two stages.
     #[test]
     fn mnist_layout_is_the_documented_one() {
         let p = SmallParams::of(UNITS);
         assert_eq!(p.len, 2 * 16 * 8 + 3 * 8 + 3 * 16 + 2 * WARPS);
         assert_eq!((p.b1_master, p.loss, p.correct), (256, 328, 336));
         assert_eq!(p.len * 4, 1_376);
-        assert_eq!(Smem::whole(128, 784, 2, PAIR).bytes, 231_584);
+        let whole = |buffers, parts, registers| Smem::whole(128, 784, buffers, parts, registers);
+        assert_eq!(whole(2, PAIR, false).bytes, 231_584);
+        assert_eq!(whole(1, PAIR, false).bytes, 130_208);
+        assert_eq!(whole(1, MAX_PARTS, false).bytes, 77_472);
+        assert_eq!(whole(1, MAX_PARTS, true).bytes, 64_928);
+        assert_eq!(Smem::streamed(128, 784, MIN_STAGES).bytes, 63_648);
     }
 }

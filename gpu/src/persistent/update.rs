@@ -2,13 +2,13 @@
 //! each gradient ([`Sums`]) and takes the same step, so their copies of the slice's
 //! parameters stay identical (with slices of several n-tiles, each block of the pair updates
 //! the W1 of half of them and sends the other its new values). W1 is updated in registers by
-//! the threads that computed its gradient, its fp16 copy in shared memory; W2 and b2 by the
+//! the threads that computed its gradient, its fp16 copy where [`W1`] keeps it; W2 and b2 by the
 //! threads of warps 4-7, one element of each n-tile's dW2 (and of the db2) fragment each, after
 //! their W1 tiles (warp 0 has one tile more); b1 by the bias warp ([`bias_unit`]).
 use super::backward::bias_unit;
 use super::context::{Block, Step};
 use super::exchange::{Outbox, Sums, splits_w1};
-use super::weights::{W1, set_w2_half, w1_shared};
+use super::weights::{W1, set_w2_half};
 use super::*;
 use crate::arch::*;
 use crate::layout::mma_c;
@@ -42,10 +42,10 @@ pub fn w2_element(b: &Block) -> Option<(usize, usize)> {
 /// gradients; with slices of several n-tiles each new fp16 word of W1 also goes to the partner
 /// (`out`), whose forward of the next step reads it.
 #[inline(always)]
-pub fn sgd_step<const N: usize, const O: usize>(
+pub fn sgd_step<const N: usize, const O: usize, const R: bool>(
     b: &Block,
     s: &Step,
-    w1: &mut W1<O>,
+    w1: &mut W1<O, R>,
     sums: &Sums<N, O>,
     out: &Outbox,
 ) {
@@ -62,9 +62,8 @@ pub fn sgd_step<const N: usize, const O: usize>(
                         let (w, v) = (&mut w1.master[i][g][e], &mut w1.momentum[i][g][e]);
                         nw[h] = sgd(b, w, v, sums.dw1[i][g][e]);
                     }
-                    let (r, c) = mma_c(b.lane, 2 * p);
-                    let (at, word) = (w1_shared(b, b.own0 + g, mt, r, c), pack_h2(nw[0], nw[1]));
-                    st_shared_u32(at, word);
+                    let word = pack_h2(nw[0], nw[1]);
+                    let at = w1.set_half(b, i, g, p, word);
                     if send {
                         out.send_w1(b, at, word);
                     }

@@ -12,7 +12,7 @@ use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
     CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PAIR,
-    Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride,
+    Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride, w1_in_registers,
 };
 use std::sync::Arc;
 
@@ -73,10 +73,10 @@ pub enum Feed {
     /// Two buffers of the block's whole rows, the next batch arriving in one while the step
     /// reads the other (sm_80 PTX and newer; at MNIST's batch of 128 only Hopper has the room).
     Whole,
-    /// One buffer of the block's whole rows, refilled with the next batch once dW1 has read it
-    /// (sm_80 PTX and newer), the batch split over `parts` blocks a slice: 2 (at MNIST's batch
-    /// of 128 an A100 has the room) or 4, whose quarters fit 99 KiB but take twice the blocks,
-    /// all resident at once.
+    /// One buffer of the block's whole rows, refilled with the next batch once dW1 has read it,
+    /// the batch split over `parts` blocks a slice: 2 (sm_80 PTX and newer; at MNIST's batch of
+    /// 128 an A100 has the room) or 4 (sm_75 PTX too), whose quarters fit 64 KiB but take
+    /// twice the blocks, all resident at once.
     Single { parts: usize },
     /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
     /// step (`gpu::persistent::stream`).
@@ -88,11 +88,12 @@ pub enum Feed {
 }
 
 impl Feed {
-    /// The shared-memory layout of a block for a batch of `batch` × `dim`.
-    pub fn smem(self, batch: usize, dim: usize) -> Smem {
+    /// The shared-memory layout of a block for a batch of `batch` × `dim`, with PTX of
+    /// architecture `sm`.
+    pub fn smem(self, sm: u32, batch: usize, dim: usize) -> Smem {
         match self {
-            Feed::Whole => Smem::whole(batch, dim, 2, PAIR),
-            Feed::Single { parts } => Smem::whole(batch, dim, 1, parts),
+            Feed::Whole => Smem::whole(batch, dim, 2, PAIR, false),
+            Feed::Single { parts } => Smem::whole(batch, dim, 1, parts, w1_in_registers(sm, parts)),
             Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
             Feed::Wide { n } => Smem::wide(batch, dim, n),
         }
@@ -162,7 +163,7 @@ impl Feed {
             && self
                 .kernel(Accum::F16)
                 .is_some_and(|k| kernels::in_ptx_of(k, sm))
-            && self.smem(batch, dim).bytes <= room
+            && self.smem(sm, batch, dim).bytes <= room
     }
 
     /// How the first line of a run names the feed, after the block count.
@@ -255,7 +256,7 @@ fn choose_feed(
 ) -> Result<Support> {
     let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
     let resident = |feed: Feed| {
-        let bytes = feed.smem(batch, dim).bytes;
+        let bytes = feed.smem(sm, batch, dim).bytes;
         let f = function(gpu, acc, feed, bytes)?;
         resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
     };
@@ -306,17 +307,17 @@ fn pick_feed(
 ) -> Result<Support> {
     let least = feeds_by_preference()
         .filter(|f| f.runs_with(sm, usize::MAX, batch, dim))
-        .min_by_key(|f| f.smem(batch, dim).bytes)
+        .min_by_key(|f| f.smem(sm, batch, dim).bytes)
         .expect("the streamed kernel is in every PTX");
     let mut why = format!(
         "a batch of {batch} × {dim} needs {} B of shared memory a block at the least (the \
          persistent kernel{}), {limit}",
-        least.smem(batch, dim).bytes,
+        least.smem(sm, batch, dim).bytes,
         least.describe(),
     );
     let takes = |f: &Feed| {
         f.runs_with(sm, room, batch, dim)
-            && f.kernel(acc).is_some()
+            && f.kernel(acc).is_some_and(|k| kernels::in_ptx_of(k, sm))
             && hidden.is_multiple_of(f.units())
     };
     let (mut fewest, mut fits) = (usize::MAX, None);
@@ -402,7 +403,7 @@ impl Persistent {
         acc: Accum,
         feed: Feed,
     ) -> Result<Persistent> {
-        let smem = feed.smem(batch, sizes[0]);
+        let smem = feed.smem(gpu.ptx.sm, batch, sizes[0]);
         ensure!(
             feed.runs_with(gpu.ptx.sm, gpu.max_smem_optin(), batch, sizes[0]),
             "{feed:?} does not run on {} with {}",
@@ -617,10 +618,11 @@ fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
 mod tests {
     use super::*;
 
-    /// MNIST's batch of 128 on each generation's PTX and shared memory a block: Hopper's two
-    /// whole-batch buffers, an A100's one of half the batch, a quarter in 99 KiB, the ring of
-    /// two stages in 64 KiB, Turing's two-stage register ring whatever the room, and nothing
-    /// under 48 KiB (where every block is resident).
+    /// MNIST's batch of 128 on each generation's PTX and shared memory a block, where every
+    /// block is resident: Hopper's two whole-batch buffers, an A100's one of half the batch, a
+    /// quarter in 99 KiB, and in Turing's 64 KiB with sm_75 PTX (W1 in registers; it has no
+    /// kernel of half the batch), the ring of two stages in 64 KiB with sm_80 PTX, and nothing
+    /// under 48 KiB.
     #[test]
     fn each_generation_takes_the_feed_its_shared_memory_holds() {
         let choose = |sm: u32, kib: usize| {
@@ -630,8 +632,8 @@ mod tests {
         assert_eq!(choose(80, 163), Some(Feed::Single { parts: 2 }));
         assert_eq!(choose(80, 99), Some(Feed::Single { parts: 4 }));
         assert_eq!(choose(80, 64), Some(Feed::Streamed { stages: 2 }));
-        assert_eq!(choose(75, 64), Some(Feed::Streamed { stages: 2 }));
-        assert_eq!(choose(75, 227), Some(Feed::Streamed { stages: 2 }));
+        assert_eq!(choose(75, 64), Some(Feed::Single { parts: 4 }));
+        assert_eq!(choose(75, 227), Some(Feed::Single { parts: 4 }));
         assert_eq!(choose(80, 48), None);
         // Only sm_75's own ring of two runs there; any stage count within bounds on sm_80.
         assert!(!Feed::Streamed { stages: 4 }.runs_with(75, 227 * 1024, 8, 48));
@@ -642,12 +644,14 @@ mod tests {
             .runs_with(90, 227 * 1024, 8, 48)
         );
         assert!(!Feed::Whole.runs_with(75, 227 * 1024, 8, 48));
+        assert!(!Feed::Single { parts: 2 }.runs_with(75, 227 * 1024, 8, 48));
         // The gpu crate has kernels for 2 and 4 parts.
         assert!(!Feed::Single { parts: 8 }.runs_with(90, 227 * 1024, 8, 48));
     }
 
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
-    /// each) streams instead, as does hidden 512 (256 blocks) on 132; on Hopper, with fp16
+    /// each) streams instead, as do a T4 (40 SMs) against an RTX 2080 Ti's 68 with sm_75 PTX
+    /// (and fp32 accumulators there), and hidden 512 (256 blocks) on 132; on Hopper, with fp16
     /// accumulators, wider slices take hidden layers whose slices of 8 units would be more
     /// blocks than fit or than [`FEW_BLOCKS`] (slices of 32 only where narrower ones do not
     /// fit); where not even the streamed kernel's blocks are all resident, or its stages do not
@@ -676,6 +680,19 @@ mod tests {
         assert_eq!(
             pick(80, 99, 512, 132),
             Support::Yes(Feed::Streamed { stages: 4 })
+        );
+        assert_eq!(
+            pick(75, 64, 128, 68),
+            Support::Yes(Feed::Single { parts: 4 })
+        );
+        assert_eq!(
+            pick(75, 64, 128, 40),
+            Support::Yes(Feed::Streamed { stages: 2 })
+        );
+        // sm_75 has the quarters with fp16 accumulators only.
+        assert_eq!(
+            pick_with(75, 64, 128, 132, Accum::F32),
+            Support::Yes(Feed::Streamed { stages: 2 })
         );
         // Slices of 16 units where they bring the blocks down to 64: 512; 1024, 1040 and 2048
         // take the narrowest that fits (1024 not 64 blocks of 32), 256 stays at 64 blocks of 8.
