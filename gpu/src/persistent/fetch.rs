@@ -100,8 +100,8 @@ impl Copies {
         let from = batch_src(b, index);
         for j in 0..STAGED {
             let i = 16 * (b.tid + THREADS * j);
-            // Every piece is written, so the registers hold nothing from [`Copies::land`] to
-            // here; a piece past the rows keeps none of its old value alive.
+            // Every piece is written (zeros past the rows), so no piece of the batch before
+            // stays live in these registers from its store to here.
             self.staged[j] = if i < batch_bytes(b) {
                 ld_global_v4(unsafe { from.add(i) })
             } else {

@@ -1,8 +1,8 @@
 //! The slice's parameters into the launch and out of it. W1's fp32 master values and momentum
 //! stay in registers for the whole launch (each thread keeps the elements of the dW1ᵀ
-//! fragments it computes), their fp16 copy in shared memory or (the quarters of the batch,
-//! [`w1_in_registers`]) in registers as the forward's B fragments; W2, b1 and b2 in shared
-//! memory.
+//! fragments it computes), their fp16 copy in shared memory or (the quarters of the batch on
+//! sm_75, [`w1_in_registers`]) in registers as the forward's B fragments; W2, b1 and b2 in
+//! shared memory.
 use super::context::Block;
 use super::*;
 use crate::arch::*;
