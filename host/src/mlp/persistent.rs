@@ -669,42 +669,34 @@ mod tests {
             .unwrap()
         };
         let pick = |sm, kib, hidden, sms| pick_with(sm, kib, hidden, sms, Accum::F16);
-        assert_eq!(
-            pick(80, 99, 128, 132),
-            Support::Yes(Feed::Single { parts: 4 })
-        );
-        assert_eq!(
-            pick(80, 99, 128, 58),
-            Support::Yes(Feed::Streamed { stages: 4 })
-        );
-        assert_eq!(
-            pick(80, 99, 512, 132),
-            Support::Yes(Feed::Streamed { stages: 4 })
-        );
-        assert_eq!(
-            pick(75, 64, 128, 68),
-            Support::Yes(Feed::Single { parts: 4 })
-        );
-        assert_eq!(
-            pick(75, 64, 128, 40),
-            Support::Yes(Feed::Streamed { stages: 2 })
-        );
-        // sm_75 has the quarters with fp16 accumulators only.
-        assert_eq!(
-            pick_with(75, 64, 128, 132, Accum::F32),
-            Support::Yes(Feed::Streamed { stages: 2 })
-        );
-        // Slices of 16 units where they bring the blocks down to 64: 512; 1024, 1040 and 2048
-        // take the narrowest that fits (1024 not 64 blocks of 32), 256 stays at 64 blocks of 8.
-        assert_eq!(pick(90, 227, 256, 132), Support::Yes(Feed::Whole));
-        assert_eq!(pick(90, 227, 512, 132), Support::Yes(Feed::Wide { n: 2 }));
-        assert_eq!(pick(90, 227, 1024, 132), Support::Yes(Feed::Wide { n: 2 }));
-        assert_eq!(pick(90, 227, 1040, 132), Support::Yes(Feed::Wide { n: 2 }));
-        assert_eq!(pick(90, 227, 2048, 132), Support::Yes(Feed::Wide { n: 4 }));
-        assert_eq!(
-            pick_with(90, 227, 512, 132, Accum::F32),
-            Support::Yes(Feed::Whole)
-        );
+        let (f16, f32) = (Accum::F16, Accum::F32);
+        let (quarters, wide2) = (Feed::Single { parts: 4 }, Feed::Wide { n: 2 });
+        let ring = |stages| Feed::Streamed { stages };
+        // (PTX, KiB a block, hidden, SMs, accumulator) and the feed taken. sm_75 has the
+        // quarters with fp16 accumulators only. On Hopper slices of 16 units where they bring
+        // the blocks down to 64: 512; 1024, 1040 and 2048 take the narrowest that fits (1024
+        // not 64 blocks of 32), 256 stays at 64 blocks of 8.
+        let takes = [
+            ((80, 99, 128, 132, f16), quarters),
+            ((80, 99, 128, 58, f16), ring(4)),
+            ((80, 99, 512, 132, f16), ring(4)),
+            ((75, 64, 128, 68, f16), quarters),
+            ((75, 64, 128, 40, f16), ring(2)),
+            ((75, 64, 128, 132, f32), ring(2)),
+            ((90, 227, 256, 132, f16), Feed::Whole),
+            ((90, 227, 512, 132, f16), wide2),
+            ((90, 227, 1024, 132, f16), wide2),
+            ((90, 227, 1040, 132, f16), wide2),
+            ((90, 227, 2048, 132, f16), Feed::Wide { n: 4 }),
+            ((90, 227, 512, 132, f32), Feed::Whole),
+        ];
+        for ((sm, kib, hidden, sms, acc), feed) in takes {
+            assert_eq!(
+                pick_with(sm, kib, hidden, sms, acc),
+                Support::Yes(feed),
+                "sm_{sm}, {kib} KiB, hidden {hidden}, {sms} SMs, {acc:?}"
+            );
+        }
         // 1032 is no multiple of 16: the slices of 8 are too many, and no wider slice divides it.
         let Support::No(why) = pick(90, 227, 1032, 132) else {
             panic!("258 blocks taken on 132 SMs");
