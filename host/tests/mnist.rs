@@ -216,8 +216,8 @@ fn persistent_steps_match_cpu_reference() {
 }
 
 /// [`persistent_steps_match_cpu_reference`] with slices of 16 and 32 hidden units (Hopper PTX,
-/// fp16 accumulators): two slices (one cluster of two pairs) and three (clusters of one pair),
-/// at input widths of 49 and 3 dW1 tiles. At batch 8 the second block of each pair has no rows
+/// fp16 accumulators, the partial logits added by bulk reductions): two slices (one cluster of
+/// two pairs) and three (clusters of one pair), at input widths of 49 and 3 dW1 tiles. At batch 8 the second block of each pair has no rows
 /// but still updates its half of the slice's W1 and sends it. (MNIST's width is checked at
 /// batch 120 only: at batch 8 its 64-unit model flips a ReLU mask against the CPU by fp16
 /// rounding, with slices of 8 units exactly as with these.)

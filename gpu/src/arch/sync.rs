@@ -35,10 +35,18 @@ pub fn bar_sync_n(id: u32, threads: u32) {
 }
 
 /// Makes this thread's earlier writes to shared memory visible to the copy engine (the async
-/// proxy), which reads them for a [`tma_store_2d`](super::tma_store_2d).
+/// proxy), which reads them for a [`tma_store_2d`](super::tma_store_2d) or a
+/// [`bulk_reduce_add_u64`](super::bulk_reduce_add_u64).
 #[inline(always)]
 pub fn fence_proxy_async_shared() {
     unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}
+
+/// Orders the copy engine's completed writes to global memory (the async proxy's) before this
+/// thread's later accesses and fences (the generic proxy's).
+#[inline(always)]
+pub fn fence_proxy_async_global() {
+    unsafe { asm!("fence.proxy.async.global;", options(nostack)) };
 }
 
 /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals per

@@ -58,6 +58,24 @@ pub fn bulk_commit() {
     unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
 }
 
+/// Adds `bytes` (a multiple of 16; both addresses 16-byte aligned) of u64 words from shared
+/// memory at `src` into global memory at `dst`, element by element, on the copy engine. Joins
+/// this thread's bulk group ([`bulk_commit`]), as [`tma_store_2d`] does.
+#[inline(always)]
+pub fn bulk_reduce_add_u64(dst: *mut i64, src: u32, bytes: u32) {
+    unsafe {
+        asm!("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [{d}], [{s}], {n};",
+             d = in(reg64) dst, s = in(reg32) src, n = in(reg32) bytes, options(nostack));
+    }
+}
+
+/// Waits until at most `N` of this thread's committed bulk groups are incomplete: the others
+/// have read their shared memory and performed their writes to global memory.
+#[inline(always)]
+pub fn bulk_wait<const N: u32>() {
+    unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack)) };
+}
+
 /// Waits until at most `N` of this thread's committed bulk groups still read their shared
 /// memory (their writes to global memory may still be under way).
 #[inline(always)]

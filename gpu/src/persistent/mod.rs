@@ -317,7 +317,7 @@ mod kernel {
             }
             exchange::wait_w1(&b, &s);
             let h = forward::hidden::<A, STREAM, T, N, O, R>(&b, &s, &mut ring, &w1);
-            logits::add_partials(&b, &s, &h);
+            logits::add_partials::<A, T, N>(&b, &s, &h);
             if !HOPPER && !STREAM && !SINGLE {
                 fetch::load_next(&b, &s, &mut copies);
             }
