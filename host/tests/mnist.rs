@@ -235,6 +235,18 @@ fn wide_persistent_steps_match_cpu_reference() {
     }
 }
 
+/// [`persistent_steps_match_cpu_reference`] with 32 slices of 8 hidden units (256): from 24 on,
+/// the two-buffer kernel of Hopper PTX adds the partial logits by bulk reductions (fp16
+/// accumulators; fp32 ones still add by `red`). MNIST's width at batch 120 only, as for the wide
+/// kernels.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn many_slices_persistent_steps_match_cpu_reference() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    persistent_steps_against_cpu(&g, None, &[[784, 256, 10]], &[120]);
+    persistent_steps_against_cpu(&g, None, &[[48, 256, 10]], &BATCHES);
+}
+
 /// [`persistent_steps_match_cpu_reference`] for the streamed kernels, as older GPUs run them:
 /// the `cp.async` rings of the newest embedded PTX this GPU runs (on Hopper with its cluster
 /// exchange) and of sm_80 PTX (the exchange through global memory) through 2, 4 and 6 stages,

@@ -2,7 +2,7 @@
 //! step's slot of one global buffer in 64-bit fixed point, whose adds are associative: the
 //! sums do not depend on the order of arrival, so runs repeat bit for bit and every block sees
 //! the same logits once all have met at the grid barrier. The adds are a `red` per value, or in
-//! the wide kernels one bulk reduction of the copy engine per tile.
+//! the kernels of many slices bulk reductions of the copy engine, a few per tile.
 use super::context::{Block, Step};
 use super::*;
 use crate::arch::*;
@@ -13,20 +13,16 @@ use crate::layout::mma_c;
 pub const FIX: f32 = 4294967296.0;
 const FIX_LIMIT: f32 = 1048576.0;
 
-/// Whether the kernel with slices of `n` n-tiles adds a tile's partial logits by one bulk
-/// reduction of the copy engine (`cp.reduce.async.bulk`) rather than a `red` per value: the
-/// wide kernels (Hopper), whose 64 slices at 1,024 and 2,048 hidden units add 64 values into
-/// each sum, for which the `red`s contend in L2. With slices of 8 units the reduction's round
-/// trip costs more than it saves at 128 units, 16 slices (`docs/persistent.md`).
-const fn bulk(n: usize) -> bool {
-    HOPPER && n > 1
-}
-
 /// The tile warp's partial logits: the H fragment of each n-tile `hf[n]` is the A fragment of
 /// an m16n8k8 product over its 8 units, accumulated over the slice's n-tiles. `A` and `T` are
-/// the kernel's accumulator and tiles a block.
+/// the kernel's accumulator and tiles a block. `BULK` adds them by one bulk reduction of the
+/// copy engine (`cp.reduce.async.bulk`) per piece rather than a `red` per value: the kernels
+/// for many slices (Hopper), whose `red`s into the same sums contend in L2, take it: the wide
+/// kernels (64 slices at 1,024 and 2,048 hidden units) and the two-buffer kernel for 24 slices
+/// of 8 units or more. With fewer slices (MNIST's default: 16) the reduction's round trip costs
+/// more than it saves (`docs/persistent.md`).
 #[inline(always)]
-pub fn add_partials<A: Acc, const T: usize, const N: usize>(
+pub fn add_partials<A: Acc, const T: usize, const N: usize, const BULK: bool>(
     b: &Block,
     s: &Step,
     hf: &[[f32; 4]; N],
@@ -34,7 +30,7 @@ pub fn add_partials<A: Acc, const T: usize, const N: usize>(
     if !b.has_tile() {
         return;
     }
-    if bulk(N) {
+    if BULK {
         return stage_and_reduce::<A, T, N>(b, s, hf);
     }
     let (w, l, g, t, cn) = (b.warp, b.lane, b.group(), b.in_group(), b.classes);

@@ -255,6 +255,7 @@ mod update;
 mod weights;
 
 #[cfg(target_arch = "nvptx64")]
+#[rustfmt::skip::macros(export)]
 mod kernel {
     use super::context::{Block, Step};
     use super::exchange::Outbox;
@@ -268,7 +269,8 @@ mod kernel {
     /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`), two of
     /// them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so a slice
     /// has [`parts`]`(T)` blocks; its slice has `N` n-tiles, of which it updates `O`
-    /// ([`owned`]); `R` keeps W1's fp16 copy in registers ([`w1_in_registers`]).
+    /// ([`owned`]); `R` keeps W1's fp16 copy in registers ([`w1_in_registers`]); `BULK` adds the
+    /// partial logits by bulk reductions ([`logits::add_partials`]).
     #[inline(always)]
     unsafe fn train<
         A: Acc,
@@ -278,6 +280,7 @@ mod kernel {
         const N: usize,
         const O: usize,
         const R: bool,
+        const BULK: bool,
     >(
         args: Params,
     ) {
@@ -296,6 +299,10 @@ mod kernel {
             assert!(
                 N == 1 || (HOPPER && SINGLE && !STREAM && parts(T) == PAIR),
                 "wide slices: one buffer, a pair of blocks in a cluster"
+            );
+            assert!(
+                !BULK || (HOPPER && !STREAM),
+                "bulk reductions: Hopper, whole rows"
             );
         };
         let block = Block::new::<STREAM, SINGLE, T, N, R>(args);
@@ -317,7 +324,7 @@ mod kernel {
             }
             exchange::wait_w1(&b, &s);
             let h = forward::hidden::<A, STREAM, T, N, O, R>(&b, &s, &mut ring, &w1);
-            logits::add_partials::<A, T, N>(&b, &s, &h);
+            logits::add_partials::<A, T, N, BULK>(&b, &s, &h);
             if !HOPPER && !STREAM && !SINGLE {
                 fetch::load_next(&b, &s, &mut copies);
             }
@@ -363,8 +370,9 @@ mod kernel {
     };
 
     /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator, or
-    /// as `name` with one accumulator (the wide kernels, `n` n-tiles a slice, `_f16` only: fp32
-    /// accumulators for several n-tiles take more registers than a thread has).
+    /// as `name` with one accumulator (fp16 only for the wide kernels, `n` n-tiles a slice:
+    /// fp32 accumulators for several n-tiles take more registers than a thread has), adding the
+    /// partial logits by a `red` per value unless `bulk`.
     macro_rules! export {
         ($name:literal, $stream:literal, $single:literal, $parts:literal) => {
             export!(
@@ -373,7 +381,8 @@ mod kernel {
                 $stream,
                 $single,
                 $parts,
-                1
+                1,
+                false
             );
             export!(
                 concat!($name, "_f32"),
@@ -381,16 +390,25 @@ mod kernel {
                 $stream,
                 $single,
                 $parts,
-                1
+                1,
+                false
             );
         };
-        ($name:expr, $acc:ty, $stream:literal, $single:literal, $parts:literal, $n:literal) => {
+        (
+            $name:expr,
+            $acc:ty,
+            $stream:literal,
+            $single:literal,
+            $parts:literal,
+            $n:literal,
+            $bulk:literal
+        ) => {
             const _: () = {
                 #[unsafe(export_name = $name)]
                 unsafe extern "ptx-kernel" fn kernel(args: Params) {
                     const T: usize = tiles($parts);
                     const R: bool = $single && w1_in_registers(BUILT_FOR, $parts);
-                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }, R>(args) }
+                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }, R, $bulk>(args) }
                 }
             };
         };
@@ -399,14 +417,18 @@ mod kernel {
     export!("mlp1_persistent", false, false, 2);
     #[cfg(target_feature = "sm_80")]
     export!("mlp1_persistent_single", false, true, 2);
-    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4, 1);
+    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4, 1, false);
     // On sm_75, with W1 in registers, fp32 accumulators need more registers than a thread has:
     // fp32 runs stream there.
     #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4, 1);
+    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4, 1, false);
     export!("mlp1_persistent_streamed", true, false, 2);
+    // The two-buffer kernel for many slices of 8 units: from 24 slices, the `red`s of the
+    // partial logits contend in L2 more than the bulk reductions' round trip costs.
     #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
-    export!("mlp1_persistent_wide2_f16", [u32; 2], false, true, 2, 2);
+    export!("mlp1_persistent_bulk_f16", [u32; 2], false, false, 2, 1, true);
     #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
-    export!("mlp1_persistent_wide4_f16", [u32; 2], false, true, 2, 4);
+    export!("mlp1_persistent_wide2_f16", [u32; 2], false, true, 2, 2, true);
+    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
+    export!("mlp1_persistent_wide4_f16", [u32; 2], false, true, 2, 4, true);
 }

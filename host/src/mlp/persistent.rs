@@ -149,6 +149,19 @@ impl Feed {
         })
     }
 
+    /// The kernel that runs this feed for `slices` slices with PTX of architecture `sm`:
+    /// [`Feed::kernel`]'s, except that from [`BULK_SLICES`] slices the two-buffer kernel adds
+    /// the partial logits by bulk reductions where the PTX has that variant.
+    fn launched_kernel(self, acc: Accum, sm: u32, slices: usize) -> Option<&'static str> {
+        use kernels::{PERSISTENT_BULK_F16 as BULK, PERSISTENT_F16};
+        match self.kernel(acc) {
+            Some(PERSISTENT_F16) if slices >= BULK_SLICES && kernels::in_ptx_of(BULK, sm) => {
+                Some(BULK)
+            }
+            k => k,
+        }
+    }
+
     /// Whether PTX of architecture `sm` runs this feed with fp16 accumulators for a batch of
     /// `batch` × `dim` in `room` bytes of shared memory a block: its kernel is there, its
     /// layout fits, and a ring has `MIN_STAGES..=MAX_STAGES` stages, two on sm_75 (whose ring
@@ -257,7 +270,7 @@ fn choose_feed(
     let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
     let resident = |feed: Feed| {
         let bytes = feed.smem(sm, batch, dim).bytes;
-        let f = function(gpu, acc, feed, bytes)?;
+        let f = function(gpu, acc, feed, bytes, hidden / feed.units())?;
         resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
     };
     let limit = gpu.describe_smem_limit();
@@ -284,20 +297,17 @@ fn choose_feed(
     )
 }
 
-/// Blocks at most for which a feed of wider slices is taken over one of more blocks: on an
-/// H200, hidden 512 in 64 blocks of 16 units trains 1% faster than in 128 of 8, but 256 in 32
-/// blocks of 16 units 13% slower than in 64 of 8 (`docs/persistent.md`). Slices of 32 units,
-/// whose dW1 takes two passes over the batch, are not taken for it: hidden 1024 in 128 blocks
-/// of 16 units trains 7% faster than in 64 of 32.
-const FEW_BLOCKS: usize = 64;
-/// The widest slices [`FEW_BLOCKS`] takes.
-const FEW_BLOCKS_UNITS: usize = 2 * UNITS;
+/// Slices from which the two-buffer kernel adds the partial logits by bulk reductions. On an
+/// H200 (`host mnist --hidden H --epochs 10`, the median of epochs 2-10) an epoch with them
+/// takes about 2.65 ms from 18 to 24 slices, while with a `red` per value, which contend in L2,
+/// it grows with the slices: 2.52-2.54 ms at 18, 2.59-2.60 at 22, 2.69-2.71 at 24, 2.82-2.83
+/// at 32 (`docs/persistent.md`).
+const BULK_SLICES: usize = 24;
 
-/// The first of `feeds` (in [`feeds_by_preference`]'s order) with [`FEW_BLOCKS`] blocks or
-/// fewer and slices of [`FEW_BLOCKS_UNITS`] or fewer, else the first, that PTX `sm` runs in
-/// `room` bytes of shared memory a block ([`Feed::runs_with`]) with accumulator `acc`, whose
-/// slices divide the hidden width, with every block resident at once (`resident(feed)` says how
-/// many can be), or why none does: the blocks of the feed that takes the fewest, or what the
+/// The first of `feeds` (in [`feeds_by_preference`]'s order) that PTX `sm` runs in `room` bytes
+/// of shared memory a block ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide
+/// the hidden width, with every block resident at once (`resident(feed)` says how many can be),
+/// or why none does: the blocks of the feed that takes the fewest, or what the
 /// smallest layout needs beside `limit`, the GPU's words for its room.
 fn pick_feed(
     feeds: impl Iterator<Item = Feed>,
@@ -320,16 +330,12 @@ fn pick_feed(
             && f.kernel(acc).is_some_and(|k| kernels::in_ptx_of(k, sm))
             && hidden.is_multiple_of(f.units())
     };
-    let (mut fewest, mut fits) = (usize::MAX, None);
+    let mut fewest = usize::MAX;
     for feed in feeds.filter(takes) {
         let (parts, units) = (feed.parts(), feed.units());
         let (blocks, resident) = (parts * hidden / units, resident(feed)?);
-        if blocks <= resident && blocks <= FEW_BLOCKS && units <= FEW_BLOCKS_UNITS {
-            return Ok(Support::Yes(feed));
-        }
         if blocks <= resident {
-            fits.get_or_insert(feed);
-            continue;
+            return Ok(Support::Yes(feed));
         }
         if blocks < fewest {
             fewest = blocks;
@@ -338,12 +344,13 @@ fn pick_feed(
             );
         }
     }
-    Ok(fits.map_or(Support::No(why), Support::Yes))
+    Ok(Support::No(why))
 }
 
-/// The kernel for accumulator `acc` and `feed`, allowed `smem` bytes of dynamic shared memory.
-fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize) -> Result<CudaFunction> {
-    let name = feed.kernel(acc);
+/// The kernel for accumulator `acc`, `feed` and `slices` slices, allowed `smem` bytes of
+/// dynamic shared memory.
+fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize, slices: usize) -> Result<CudaFunction> {
+    let name = feed.launched_kernel(acc, gpu.ptx.sm, slices);
     let f = gpu
         .function(name.ok_or_else(|| anyhow::anyhow!("no kernel feeds the batch as {feed:?}"))?)?;
     f.set_attribute(
@@ -410,13 +417,13 @@ impl Persistent {
             gpu.describe_ptx(),
             gpu.describe_smem_limit()
         );
-        let f = function(gpu, acc, feed, smem.bytes)?;
         ensure!(
             sizes[1].is_multiple_of(feed.units()),
             "{feed:?} takes hidden widths that are multiples of {}",
             feed.units()
         );
         let slices = sizes[1] / feed.units();
+        let f = function(gpu, acc, feed, smem.bytes, slices)?;
         let blocks = feed.parts() * slices;
         let cluster = if feed.clustered(gpu.ptx.sm) {
             cluster_size(gpu, &f, smem.bytes, blocks)?
@@ -649,13 +656,42 @@ mod tests {
         assert!(!Feed::Single { parts: 8 }.runs_with(90, 227 * 1024, 8, 48));
     }
 
+    /// From 24 slices the two-buffer kernel of Hopper PTX with fp16 accumulators adds the
+    /// partial logits by bulk reductions; with fewer, fp32 accumulators, another feed or sm_80
+    /// PTX it is the feed's own kernel.
+    #[test]
+    fn many_slices_take_the_bulk_reduction_kernel() {
+        use kernels::*;
+        let (f16, f32) = (Accum::F16, Accum::F32);
+        let cases = [
+            ((Feed::Whole, f16, 90, 24), PERSISTENT_BULK_F16),
+            ((Feed::Whole, f16, 90, 66), PERSISTENT_BULK_F16),
+            ((Feed::Whole, f16, 90, 23), PERSISTENT_F16),
+            ((Feed::Whole, f16, 80, 32), PERSISTENT_F16),
+            ((Feed::Whole, f32, 90, 32), PERSISTENT_F32),
+            (
+                (Feed::Single { parts: 2 }, f16, 90, 32),
+                PERSISTENT_SINGLE_F16,
+            ),
+            ((Feed::Wide { n: 2 }, f16, 90, 64), PERSISTENT_WIDE2_F16),
+        ];
+        for ((feed, acc, sm, slices), kernel) in cases {
+            let got = feed.launched_kernel(acc, sm, slices);
+            assert_eq!(
+                got,
+                Some(kernel),
+                "{feed:?} {acc:?} sm_{sm}, {slices} slices"
+            );
+        }
+    }
+
     /// The quarters take 64 blocks at hidden 128: a 99 KiB card of 58 SMs (an L4, one block
     /// each) streams instead, as do a T4 (40 SMs) against an RTX 2080 Ti's 68 with sm_75 PTX
-    /// (and fp32 accumulators there), and hidden 512 (256 blocks) on 132; on Hopper, with fp16
-    /// accumulators, wider slices take hidden layers whose slices of 8 units would be more
-    /// blocks than fit or than [`FEW_BLOCKS`] (slices of 32 only where narrower ones do not
-    /// fit); where not even the streamed kernel's blocks are all resident, or its stages do not
-    /// fit, the reason says so.
+    /// (and fp32 accumulators there), and hidden 512 (256 blocks) on 132, while hidden 256 (128
+    /// blocks) keeps the quarters; on Hopper, with fp16 accumulators, wider slices take hidden
+    /// layers whose slices of 8 units would be more blocks than fit (slices of 32 only where
+    /// narrower ones do not fit); where not even the streamed kernel's blocks are all resident,
+    /// or its stages do not fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
         let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {
@@ -673,18 +709,20 @@ mod tests {
         let (quarters, wide2) = (Feed::Single { parts: 4 }, Feed::Wide { n: 2 });
         let ring = |stages| Feed::Streamed { stages };
         // (PTX, KiB a block, hidden, SMs, accumulator) and the feed taken. sm_75 has the
-        // quarters with fp16 accumulators only. On Hopper slices of 16 units where they bring
-        // the blocks down to 64: 512; 1024, 1040 and 2048 take the narrowest that fits (1024
-        // not 64 blocks of 32), 256 stays at 64 blocks of 8.
+        // quarters with fp16 accumulators only. On Hopper slices of 8 units up to 528 (132
+        // blocks); 1024, 1040 and 2048 take the narrowest slices that fit (1024 not 64 blocks
+        // of 32).
         let takes = [
             ((80, 99, 128, 132, f16), quarters),
             ((80, 99, 128, 58, f16), ring(4)),
+            ((80, 99, 256, 132, f16), quarters),
             ((80, 99, 512, 132, f16), ring(4)),
             ((75, 64, 128, 68, f16), quarters),
             ((75, 64, 128, 40, f16), ring(2)),
             ((75, 64, 128, 132, f32), ring(2)),
             ((90, 227, 256, 132, f16), Feed::Whole),
-            ((90, 227, 512, 132, f16), wide2),
+            ((90, 227, 512, 132, f16), Feed::Whole),
+            ((90, 227, 528, 132, f16), Feed::Whole),
             ((90, 227, 1024, 132, f16), wide2),
             ((90, 227, 1040, 132, f16), wide2),
             ((90, 227, 2048, 132, f16), Feed::Wide { n: 4 }),
