@@ -297,11 +297,10 @@ fn choose_feed(
     )
 }
 
-/// Slices from which the two-buffer kernel adds the partial logits by bulk reductions. On an
-/// H200 (`host mnist --hidden H --epochs 10`, the median of epochs 2-10) an epoch with them
-/// takes about 2.65 ms from 18 to 24 slices, while with a `red` per value, which contend in L2,
-/// it grows with the slices: 2.52-2.54 ms at 18, 2.59-2.60 at 22, 2.69-2.71 at 24, 2.82-2.83
-/// at 32 (`docs/persistent.md`).
+/// Slices from which the two-buffer kernel adds the partial logits by bulk reductions: the
+/// reductions cost one round trip whatever the slice count, while the `red`s per value contend
+/// in L2 more the more slices add into each sum, and cost more than that round trip from 24
+/// slices on (measured on an H200: the table in `docs/persistent.md`, under wide hidden layers).
 const BULK_SLICES: usize = 24;
 
 /// The first of `feeds` (in [`feeds_by_preference`]'s order) that PTX `sm` runs in `room` bytes
