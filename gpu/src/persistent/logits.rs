@@ -45,9 +45,9 @@ pub fn add_partials<A: Acc, const T: usize, const N: usize, const BULK: bool>(
     let poison = s.sums.wrapping_add(b.slot - 2);
     for nt in 0..MAX_CLASSES / 8 {
         if 8 * nt < cn {
-            // The loop of `products`, written out: the code ptxas makes of the kernels with
-            // slices of 8 moves with this function's shape, and a restructured one ran their
-            // epoch at 128 units 2-3% slower.
+            // `products` and `fixed`, written out: the code ptxas makes of the kernels that
+            // add by `red` moves with this function's shape, and calling them here makes those
+            // kernels slower at 128 units.
             let mut d = [0.0f32; 4];
             for n in 0..N {
                 let unit = UNITS * n + 2 * t;
