@@ -31,8 +31,9 @@ kernels! {
     BIAS_ACT_F16 = "bias_act_f16", sm 75;
     /// The persistent kernel, one per accumulator and way of feeding the batch (two whole
     /// buffers, one of half or a quarter of the batch, or streamed in chunks; one buffer with
-    /// slices of 16 or 32 hidden units), the two-buffer kernel that adds the partial logits by
-    /// bulk reductions (for many slices), and its shuffle.
+    /// slices of 16 or 32 hidden units; the whole batch streamed to slices of 32 units whose
+    /// W1 state stays in global memory), the two-buffer kernel that adds the partial
+    /// logits by bulk reductions (for many slices), and its shuffle.
     PERSISTENT_F16 = "mlp1_persistent_f16", sm 80;
     PERSISTENT_F32 = "mlp1_persistent_f32", sm 80;
     PERSISTENT_SINGLE_F16 = "mlp1_persistent_single_f16", sm 80;
@@ -44,6 +45,7 @@ kernels! {
     PERSISTENT_BULK_F16 = "mlp1_persistent_bulk_f16", sm 90;
     PERSISTENT_WIDE2_F16 = "mlp1_persistent_wide2_f16", sm 90;
     PERSISTENT_WIDE4_F16 = "mlp1_persistent_wide4_f16", sm 90;
+    PERSISTENT_OFFCHIP_F16 = "mlp1_persistent_offchip_f16", sm 90;
     PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
     /// The roof of the GEMM ladder, per instruction K and accumulator.
     ROOF_K8_F16 = "mma_roof_k8_f16", sm 75;
@@ -150,6 +152,7 @@ mod tests {
             block::<Params>(PERSISTENT_BULK_F16),
             block::<Params>(PERSISTENT_WIDE2_F16),
             block::<Params>(PERSISTENT_WIDE4_F16),
+            block::<Params>(PERSISTENT_OFFCHIP_F16),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {

@@ -147,8 +147,9 @@ struct TrainFlags {
     #[arg(long)]
     layered: bool,
     /// Hidden units a block of the persistent kernel takes: 8, or 16 or 32 (Hopper, fp16
-    /// accumulators). By default 8 or 16, the narrowest that brings its blocks to 64 or fewer,
-    /// else the narrowest whose blocks are all resident at once.
+    /// accumulators; past 2,112 units 32 for the whole batch, W1's state in global memory). By
+    /// default the first kernel, in the host's order of preference, whose blocks are all
+    /// resident at once.
     #[arg(long, value_parser = parse_slice_units)]
     slice_units: Option<usize>,
     /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.

@@ -5,7 +5,7 @@ use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, PersistentShuffle};
-use gpu::persistent::{UNITS, WIDE, label_offset, row_stride};
+use gpu::persistent::{OFFCHIP, UNITS, WIDE, label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
@@ -229,6 +229,24 @@ fn wide_persistent_steps_match_cpu_reference() {
         let feed = Feed::Wide { n };
         if runs(&g, feed) {
             let units = n * UNITS;
+            persistent_steps_against_cpu(&g, Some(feed), &[[784, 2 * units, 10]], &[120]);
+            persistent_steps_against_cpu(&g, Some(feed), &[[48, 3 * units, 10]], &BATCHES);
+        }
+    }
+}
+
+/// [`persistent_steps_match_cpu_reference`] for the offchip kernel (Hopper PTX, fp16
+/// accumulators), W1's master values and momentum in global memory: one block per slice of 32
+/// hidden units holds the whole batch, streamed through two or four stages; two and three slices, at input widths of 49 and 3 dW1 tiles.
+/// At batch 8 only the block's first warp has rows.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn offchip_persistent_steps_match_cpu_reference() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    for stages in [2, 4] {
+        let feed = Feed::Offchip { stages };
+        if runs(&g, feed) {
+            let units = OFFCHIP * UNITS;
             persistent_steps_against_cpu(&g, Some(feed), &[[784, 2 * units, 10]], &[120]);
             persistent_steps_against_cpu(&g, Some(feed), &[[48, 3 * units, 10]], &BATCHES);
         }

@@ -11,11 +11,11 @@ use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
 /// `f16x2` (1, 1): the B fragment that turns a product into row sums of A (db2).
-const ONES: [u32; 2] = [0x3c00_3c00; 2];
+pub const ONES: [u32; 2] = [0x3c00_3c00; 2];
 /// The A fragment of ones, which turns a product into column sums of B (db1).
-const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
+pub const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
 /// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
-const OUTPUT_WARP: usize = WARPS - 1;
+pub const OUTPUT_WARP: usize = WARPS - 1;
 /// The warp that computes db1 and updates b1: one with neither a tile of dH, nor dW2, nor warp
 /// 0's extra dW1 tile, beside a tile warp (warp 1) on its scheduler.
 pub const BIAS_WARP: usize = 5;
@@ -90,7 +90,7 @@ pub fn bias_share<const T: usize, const N: usize>(b: &Block, out: &Outbox) -> f3
 /// shared memory (k = row, n = unit): one `ldmatrix.x4.trans` covers two steps, lane l naming
 /// row l (the plane has rows up to a multiple of 32, zeros past the block's).
 #[inline(always)]
-fn unit_frags<const T: usize>(b: &Block, plane: u32) -> [[u32; 2]; T] {
+pub fn unit_frags<const T: usize>(b: &Block, plane: u32) -> [[u32; 2]; T] {
     let mut bf = [[0u32; 2]; T];
     for pair in 0..T.div_ceil(2) {
         if 32 * pair < b.rows() {

@@ -5,7 +5,7 @@ use crate::arch::*;
 
 /// One block of the persistent kernel. Block `P·s + h` owns slice `s` of the hidden units
 /// ([`Smem::n`] n-tiles of 8, from `j0`) for part `h` of the `P` parts of the batch (rows
-/// `r0..r0 + mine`, possibly none).
+/// `r0..r0 + mine`, possibly none); in the offchip kernel `P` is 1.
 #[derive(Clone, Copy)]
 pub struct Block {
     pub args: Params,
@@ -27,6 +27,10 @@ pub struct Block {
     pub peer0: usize,
     pub r0: usize,
     pub mine: usize,
+    /// Warps that own a 16-row tile of the batch: [`TILE_WARPS`], or all with the whole batch.
+    /// A constant of the kernel, which bounds the tile warps' code (without it, the wide
+    /// kernels spill).
+    pub tile_warps: usize,
     pub classes: usize,
     /// 16-wide tiles along the input.
     pub ktiles: usize,
@@ -57,7 +61,9 @@ impl Block {
         args: Params,
     ) -> Block {
         let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
-        let lay = if STREAM {
+        let lay = if STREAM && parts == 1 {
+            Smem::offchip(batch, dim, args.stages as usize)
+        } else if STREAM {
             Smem::streamed(batch, dim, args.stages as usize)
         } else if N > 1 {
             Smem::wide(batch, dim, N)
@@ -86,6 +92,7 @@ impl Block {
             peer0: first_owned(part ^ 1),
             r0,
             mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
+            tile_warps: if parts == 1 { WARPS } else { TILE_WARPS },
             classes: args.classes as usize,
             ktiles: (args.dim / 16) as usize,
             slot: logits_slot(args.batch as usize, args.classes as usize),
@@ -131,10 +138,12 @@ impl Block {
     pub fn in_group(&self) -> usize {
         self.lane % 4
     }
-    /// Whether this warp owns a 16-row tile of the batch with rows in it.
+    /// Whether this warp owns a 16-row tile of the batch with rows in it: warp `w` owns tile
+    /// `w` of the block's rows, so warps 0-3 own the tiles of half the batch, and all eight
+    /// those of the whole batch (the offchip kernel).
     #[inline(always)]
     pub fn has_tile(&self) -> bool {
-        self.warp < TILE_WARPS && 16 * self.warp < self.mine
+        self.warp < self.tile_warps && 16 * self.warp < self.mine
     }
     /// The warps that neither meet the grid barrier nor run the softmax: in the whole-batch
     /// kernel off Hopper, the loader warps, so that the barrier's block-wide steps are a named

@@ -86,12 +86,26 @@ pub fn hidden<
             bar_sync::<2, 128>()
         };
     }
+    let mut sums = [A::ZERO; N];
+    if b.has_tile() {
+        for n in 0..N {
+            sums[n] = sum_partials::<A, T, N>(b, fwd, n);
+        }
+    }
+    activate::<A, N>(b, &sums)
+}
+
+/// `H = relu(sums + b1)` of the tile warp's tile, where `sums[n]` is the accumulator of
+/// n-tile `n`'s product: stored fp16 in shared memory and returned as accumulator fragments
+/// (zeros from warps without a tile).
+#[inline(always)]
+pub fn activate<A: Acc, const N: usize>(b: &Block, sums: &[A; N]) -> [[f32; 4]; N] {
     let mut hf = [[0.0f32; 4]; N];
     if b.has_tile() {
         let (g, t) = (b.group(), b.in_group());
         let row = (16 * b.warp + g) as u32;
         for n in 0..N {
-            let sum = sum_partials::<A, T, N>(b, fwd, n);
+            let sum = sums[n];
             for e in 0..4 {
                 let unit = UNITS * n + 2 * t + (e & 1);
                 let v = unsafe { *b.small().b1_half.add(unit) } + sum.get(e);
@@ -107,7 +121,7 @@ pub fn hidden<
 /// The B fragments of k-step `ks` of every n-tile of W1: one `ldmatrix.x4.trans` a pair of
 /// planes (lanes 16-31 address the second), `.x2` for a slice of one.
 #[inline(always)]
-fn w1_frags<const N: usize>(b: &Block, ks: usize) -> [[u32; 2]; N] {
+pub fn w1_frags<const N: usize>(b: &Block, ks: usize) -> [[u32; 2]; N] {
     let l = b.lane;
     let row = ((16 * ks + l % 16) * UNITS * 2) as u32;
     let mut bf = [[0u32; 2]; N];

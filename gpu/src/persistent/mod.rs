@@ -27,6 +27,11 @@
 //! two blocks of a pair then each keep and update W1's state of half the slice's n-tiles and
 //! send each other their new values (`exchange`).
 //!
+//! Past what the chip holds of W1's state (on an H100, 2,112 units in the wide kernels), the
+//! offchip kernel (`offchip`) keeps W1's master values and momentum in global memory and gives
+//! each block a slice of 32 units for the whole batch, streamed through a ring of chunks: no
+//! exchange, one grid barrier a step.
+//!
 //! Splitting the batch halves the shared memory a block needs for it, which on Hopper leaves
 //! room for a second buffer: the copy of the next batch (the step's largest transfer) overlaps
 //! the step instead of preceding its forward. With room for one buffer (an A100), the next batch
@@ -62,7 +67,11 @@
 pub const UNITS: usize = 8;
 /// n-tiles per slice of the wide kernels (Hopper): 16 and 32 hidden units a block.
 pub const WIDE: [usize; 2] = [2, 4];
-/// Threads per block: 8 warps. Warps `0..TILE_WARPS` own the 16-row tiles of the batch.
+/// n-tiles per slice of the offchip kernel (Hopper), which keeps W1's state in global memory
+/// and gives each block the whole batch: 32 hidden units a block.
+pub const OFFCHIP: usize = 4;
+/// Threads per block: 8 warps. Warps `0..TILE_WARPS` own the 16-row tiles of half the batch
+/// (all eight those of the whole batch in the offchip kernel).
 pub const THREADS: usize = 256;
 pub const WARPS: usize = THREADS / 32;
 pub const TILE_WARPS: usize = 4;
@@ -243,6 +252,8 @@ mod fetch;
 mod forward;
 #[cfg(target_arch = "nvptx64")]
 mod logits;
+#[cfg(target_arch = "nvptx64")]
+mod offchip;
 #[cfg(target_arch = "nvptx64")]
 mod shuffle;
 #[cfg(target_arch = "nvptx64")]

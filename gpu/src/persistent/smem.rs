@@ -107,8 +107,9 @@ pub struct Smem {
     /// This block's shares of dW2 and db2 (f32, in the layout of the others'), where the
     /// threads that update W2 and b2 find them.
     pub own: usize,
-    /// The forward's partial sums of H ([`partials`] bytes): each warp's over its part of the
-    /// input, for every tile and n-tile.
+    /// The forward's partial sums of H ([`partials_bytes`]): each warp's over its part of the
+    /// input, for every tile and n-tile. Empty in the offchip kernel, whose warps split the
+    /// forward by tile.
     pub partials: usize,
     /// Four `mbarrier` objects (u64): one per batch buffer, where Hopper's bulk copies report
     /// their bytes, one where the partner's shares report theirs, and (slices of more than
@@ -137,7 +138,7 @@ impl Smem {
             dim,
             (buffers, row_stride(dim)),
             false,
-            (1, w1_planes),
+            (1, w1_planes, partials_bytes(1)),
         )
     }
 
@@ -148,7 +149,7 @@ impl Smem {
             dim,
             (1, row_stride(dim)),
             false,
-            (n, n),
+            (n, n, partials_bytes(n)),
         )
     }
 
@@ -160,19 +161,26 @@ impl Smem {
             dim,
             (stages, CHUNK_STRIDE),
             true,
-            (1, 1),
+            (1, 1, partials_bytes(1)),
         )
+    }
+
+    /// The offchip kernel's layout: slices of [`OFFCHIP`] n-tiles, the whole batch streamed
+    /// through a ring of `stages` chunk buffers, no partial sums.
+    pub const fn offchip(batch: usize, dim: usize, stages: usize) -> Smem {
+        let n = OFFCHIP;
+        Smem::with_buffers(batch, dim, (stages, CHUNK_STRIDE), true, (n, n, 0))
     }
 
     /// The layout for a block's `part` rows of the batch in `buffers` buffers of `buffer_row`
     /// bytes a row, and slices of `n` n-tiles, of which `w1_planes` have their W1 in shared
-    /// memory (all or none).
+    /// memory (all or none), with `partials_len` bytes of the forward's partial sums.
     const fn with_buffers(
         part: usize,
         dim: usize,
         (buffers, buffer_row): (usize, usize),
         streamed: bool,
-        (n, w1_planes): (usize, usize),
+        (n, w1_planes, partials_len): (usize, usize, usize),
     ) -> Smem {
         let units = n * UNITS;
         let rows = part.div_ceil(16) * 16;
@@ -191,7 +199,7 @@ impl Smem {
         let xch = (params + small.len * 4).div_ceil(16) * 16;
         let own = (xch + small_shares(n) * 4).div_ceil(16) * 16;
         let partials = own + own_shares(n) * 4;
-        let mbar = partials + partials_bytes(n);
+        let mbar = partials + partials_len;
         Smem {
             rows,
             stride,
@@ -245,16 +253,18 @@ mod tests {
                 (Smem::streamed(batch, dim, MAX_STAGES), PAIR),
                 (Smem::wide(batch, dim, 2), PAIR),
                 (Smem::wide(batch, dim, 4), PAIR),
+                (Smem::offchip(batch, dim, MAX_STAGES), 1),
             ] {
-                // W1's region is empty where it lives in registers.
+                // W1's region is empty where it lives in registers, the partial sums' where
+                // the warps split the forward by tile.
                 let w1 = (m.w1_planes > 0).then_some(m.w1);
+                let partials = (m.mbar > m.partials).then_some(m.partials);
                 let regions: Vec<usize> = [m.x]
                     .into_iter()
                     .chain(w1)
-                    .chain([
-                        m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own, m.partials,
-                        m.mbar, m.bytes,
-                    ])
+                    .chain([m.h, m.dh, m.dl, m.w2_cu, m.w2_uc, m.params, m.xch, m.own])
+                    .chain(partials)
+                    .chain([m.mbar, m.bytes])
                     .collect();
                 for &r in &regions {
                     assert_eq!(r % 16, 0, "batch {batch} dim {dim}: {m:?}");
@@ -319,6 +329,20 @@ mod tests {
             let two = wide.bytes + wide.rows * wide.stride;
             assert!(two > 232_448, "{n} n-tiles: two buffers fit");
         }
+    }
+
+    /// The offchip kernel holds MNIST's whole batch of 128 in an H100's 227 KB a block through
+    /// four stages, one short of what does not fit.
+    #[test]
+    fn mnist_offchip_layout_fits_an_h100() {
+        let m = |stages| Smem::offchip(128, 784, stages);
+        assert_eq!(m(4).rows, 128);
+        assert!(m(4).bytes <= 232_448, "{} bytes", m(4).bytes);
+        assert!(
+            m(5).bytes > 232_448,
+            "{} bytes with five stages",
+            m(5).bytes
+        );
     }
 
     /// MNIST's layouts at batch 128 with slices of one n-tile are the ones `docs/persistent.md`

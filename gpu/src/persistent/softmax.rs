@@ -14,8 +14,11 @@ use crate::arch::*;
 /// nothing (skipping them by thread index made the Hopper kernel 2-4% slower).
 const PER_OF_BLOCK: usize = MAX_CLASSES * ROWS / THREADS;
 const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
-/// The rows a block holds at most.
+/// The rows a block holds at most, with the batch in parts.
 const ROWS: usize = MAX_TILES * 16;
+/// Classes per thread of a row in the offchip kernel, whose blocks hold the whole batch: two
+/// threads a row.
+const PER_OF_WHOLE_BATCH: usize = MAX_CLASSES * MAX_BATCH / THREADS;
 
 /// The softmax of the block's rows, behind a block barrier; returns the thread's part of the
 /// loss and the correct count ([`loss_sums`]). `STREAM` and `SINGLE` are the kernel's.
@@ -27,6 +30,15 @@ pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step
     } else if !b.skips_barrier() {
         part = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
     }
+    sync_threads();
+    part
+}
+
+/// [`cross_entropy`] of the whole batch (the offchip kernel, which streams it: the labels come
+/// from the shuffled set).
+#[inline(always)]
+pub fn cross_entropy_whole_batch(b: &Block, s: &Step) -> (f32, f32) {
+    let part = row::<true, PER_OF_WHOLE_BATCH>(b, s);
     sync_threads();
     part
 }

@@ -20,11 +20,15 @@ use super::context::Block;
 use super::*;
 use crate::arch::*;
 
-/// 16-byte pieces per thread and chunk: a chunk's rows hold `CHUNK / 8` pieces each.
-const PIECES: usize = (MAX_BATCH / PAIR) * (CHUNK / 8) / THREADS;
+/// 16-byte pieces per thread and chunk, at most: a chunk's rows hold `CHUNK / 8` pieces each,
+/// and a block streams half the batch or (the offchip kernel) the whole.
+const PIECES: usize = MAX_BATCH * (CHUNK / 8) / THREADS;
 /// Rows apart of a thread's pieces: thread `t` loads piece `t % 16` of rows `t / 16 + ROWS_APART·j`.
 const ROWS_APART: usize = THREADS / (CHUNK / 8);
-const _: () = assert!(PIECES * ROWS_APART == MAX_BATCH / PAIR);
+const _: () = assert!(PIECES * ROWS_APART == MAX_BATCH);
+/// sm_75's pieces staged in registers: its streamed kernel holds half the batch.
+#[cfg(not(target_feature = "sm_80"))]
+const STAGED: usize = PIECES / PAIR;
 
 /// Where the stream stands: the next chunk to load and the stages of the next load and read.
 pub struct Ring {
@@ -40,7 +44,7 @@ pub struct Ring {
     load: u32,
     /// sm_75: the next chunk's pieces, loaded and not yet stored.
     #[cfg(not(target_feature = "sm_80"))]
-    staged: [[u32; 4]; PIECES],
+    staged: [[u32; 4]; STAGED],
 }
 
 /// Chunks per pass over a row.
@@ -61,7 +65,7 @@ impl Ring {
             #[cfg(target_feature = "sm_80")]
             load: 0,
             #[cfg(not(target_feature = "sm_80"))]
-            staged: [[0; 4]; PIECES],
+            staged: [[0; 4]; STAGED],
         };
         if STREAM {
             for _ in 0..ring.ahead(b) {
@@ -136,7 +140,11 @@ impl Ring {
         let row0 = index * b.args.batch as usize + b.r0;
         let src = unsafe { (b.args.batches as *const u8).add(row0 * b.lay.stride + 2 * CHUNK * c) };
         let pieces = (b.args.dim as usize - CHUNK * c).min(CHUNK) / 8;
-        for j in 0..PIECES {
+        #[cfg(target_feature = "sm_80")]
+        const LOADS: usize = PIECES;
+        #[cfg(not(target_feature = "sm_80"))]
+        const LOADS: usize = STAGED;
+        for j in 0..LOADS {
             let r = first + ROWS_APART * j;
             if r < b.mine && p < pieces {
                 let from = unsafe { src.add(r * b.lay.stride + 16 * p) };
@@ -157,7 +165,7 @@ impl Ring {
     #[inline(always)]
     fn store_staged(&self, b: &Block) {
         let (p, first) = (b.tid % (CHUNK / 8), b.tid / (CHUNK / 8));
-        for j in 0..PIECES {
+        for j in 0..STAGED {
             let r = first + ROWS_APART * j;
             if r < b.mine {
                 st_shared_v4(piece(b, self.read, r, p), self.staged[j]);

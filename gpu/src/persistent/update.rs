@@ -16,7 +16,7 @@ use core::intrinsics::fmaf32;
 
 /// One SGD-with-momentum step of one parameter; returns the new weight.
 #[inline(always)]
-fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
+pub fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
     *v = fmaf32(b.args.momentum, *v, g);
     *w = fmaf32(-b.args.lr, *v, *w);
     *w

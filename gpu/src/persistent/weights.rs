@@ -20,7 +20,7 @@ pub struct W1<const O: usize, const R: bool> {
 /// Element (input `16·mt + r`, unit `c` of n-tile `p`) of the slice's W1: its index in the
 /// parameter buffers.
 #[inline(always)]
-fn w1_index(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> usize {
+pub fn w1_index(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> usize {
     (b.args.o_w1 + (b.j0 + (UNITS * p + c) as u32) * b.args.dim) as usize + 16 * mt + r
 }
 

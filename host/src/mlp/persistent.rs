@@ -11,8 +11,8 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, PAIR,
-    Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride, w1_in_registers,
+    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, OFFCHIP,
+    PAIR, Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride, w1_in_registers,
 };
 use std::sync::Arc;
 
@@ -85,6 +85,11 @@ pub enum Feed {
     /// units: `n` n-tiles of 8 a block (Hopper), so that a hidden layer too wide for slices of 8
     /// still has all its blocks resident.
     Wide { n: usize },
+    /// Slices of [`OFFCHIP`] n-tiles (32 units) a block for the whole batch, streamed through
+    /// a ring of `stages` chunk buffers, W1's master values and momentum in global memory
+    /// (Hopper): hidden layers whose W1 state the chip cannot hold
+    /// (`gpu::persistent::offchip`).
+    Offchip { stages: usize },
 }
 
 impl Feed {
@@ -96,6 +101,7 @@ impl Feed {
             Feed::Single { parts } => Smem::whole(batch, dim, 1, parts, w1_in_registers(sm, parts)),
             Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
             Feed::Wide { n } => Smem::wide(batch, dim, n),
+            Feed::Offchip { stages } => Smem::offchip(batch, dim, stages),
         }
     }
 
@@ -103,6 +109,7 @@ impl Feed {
     pub fn units(self) -> usize {
         match self {
             Feed::Wide { n } => n * UNITS,
+            Feed::Offchip { .. } => OFFCHIP * UNITS,
             _ => UNITS,
         }
     }
@@ -111,6 +118,7 @@ impl Feed {
     pub fn parts(self) -> usize {
         match self {
             Feed::Single { parts } => parts,
+            Feed::Offchip { .. } => 1,
             _ => PAIR,
         }
     }
@@ -124,13 +132,13 @@ impl Feed {
     /// The kernel's `stages` parameter.
     fn stages(self) -> u32 {
         match self {
-            Feed::Streamed { stages } => stages as u32,
+            Feed::Streamed { stages } | Feed::Offchip { stages } => stages as u32,
             _ => 0,
         }
     }
 
     /// The feed's kernel, if the gpu crate has one (one buffer in 2 or 4 parts; wide slices of
-    /// 2 or 4 n-tiles with fp16 accumulators).
+    /// 2 or 4 n-tiles and offchip ones with fp16 accumulators).
     pub fn kernel(self, acc: Accum) -> Option<&'static str> {
         use kernels::*;
         Some(match (self, acc) {
@@ -146,6 +154,8 @@ impl Feed {
             (Feed::Wide { n: 2 }, Accum::F16) => PERSISTENT_WIDE2_F16,
             (Feed::Wide { n: 4 }, Accum::F16) => PERSISTENT_WIDE4_F16,
             (Feed::Wide { .. }, _) => return None,
+            (Feed::Offchip { .. }, Accum::F16) => PERSISTENT_OFFCHIP_F16,
+            (Feed::Offchip { .. }, Accum::F32) => return None,
         })
     }
 
@@ -169,7 +179,9 @@ impl Feed {
     pub fn runs_with(self, sm: u32, room: usize, batch: usize, dim: usize) -> bool {
         let stages_ok = match self {
             Feed::Streamed { stages } if sm < 80 => stages == MIN_STAGES,
-            Feed::Streamed { stages } => (MIN_STAGES..=MAX_STAGES).contains(&stages),
+            Feed::Streamed { stages } | Feed::Offchip { stages } => {
+                (MIN_STAGES..=MAX_STAGES).contains(&stages)
+            }
             _ => true,
         };
         stages_ok
@@ -194,22 +206,29 @@ impl Feed {
                 ", {} hidden units a block, one batch buffer refilled after dW1",
                 n * UNITS
             ),
+            Feed::Offchip { stages } => format!(
+                ", {} hidden units a block, the whole batch streamed in {CHUNK}-input chunks \
+                 through {stages} stages, W1's state in global memory",
+                OFFCHIP * UNITS
+            ),
         }
     }
 }
 
 /// The feeds the host tries, fastest first: two whole-batch buffers, one of half the batch,
-/// of a quarter, slices of 16 and of 32 hidden units (which take fewer blocks), then the ring
-/// with the most stages.
+/// of a quarter, slices of 16 and of 32 hidden units (which take fewer blocks), the offchip
+/// slices of 32 units with the most stages, then the ring with the most stages.
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
     let singles = [2, 4].map(|parts| Feed::Single { parts });
     let wide = WIDE.map(|n| Feed::Wide { n });
-    let rings = (MIN_STAGES..=MAX_STAGES).rev();
+    let rings = || (MIN_STAGES..=MAX_STAGES).rev();
+    let offchip = rings().map(|stages| Feed::Offchip { stages });
     [Feed::Whole]
         .into_iter()
         .chain(singles)
         .chain(wide)
-        .chain(rings.map(|stages| Feed::Streamed { stages }))
+        .chain(offchip)
+        .chain(rings().map(|stages| Feed::Streamed { stages }))
 }
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
@@ -429,7 +448,9 @@ impl Persistent {
         } else {
             0
         };
-        let (exchange, counters) = if cluster > 0 {
+        // Clusters exchange in shared memory, and the offchip kernels' blocks have the whole
+        // batch: neither has an exchange area or slice counters.
+        let (exchange, counters) = if cluster > 0 || feed.parts() == 1 {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
@@ -689,8 +710,9 @@ mod tests {
     /// (and fp32 accumulators there), and hidden 512 (256 blocks) on 132, while hidden 256 (128
     /// blocks) keeps the quarters; on Hopper, with fp16 accumulators, wider slices take hidden
     /// layers whose slices of 8 units would be more blocks than fit (slices of 32 only where
-    /// narrower ones do not fit); where not even the streamed kernel's blocks are all resident,
-    /// or its stages do not fit, the reason says so.
+    /// narrower ones do not fit), and past 2,112 units the offchip slices of 32 units with as
+    /// many stages as fit; where not even the streamed kernel's blocks are all resident, or its
+    /// stages do not fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
         let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {
@@ -710,7 +732,7 @@ mod tests {
         // (PTX, KiB a block, hidden, SMs, accumulator) and the feed taken. sm_75 has the
         // quarters with fp16 accumulators only. On Hopper slices of 8 units up to 528 (132
         // blocks); 1024, 1040 and 2048 take the narrowest slices that fit (1024 not 64 blocks
-        // of 32).
+        // of 32); past 2,112 units the offchip kernels (one block per slice).
         let takes = [
             ((80, 99, 128, 132, f16), quarters),
             ((80, 99, 128, 58, f16), ring(4)),
@@ -725,6 +747,8 @@ mod tests {
             ((90, 227, 1024, 132, f16), wide2),
             ((90, 227, 1040, 132, f16), wide2),
             ((90, 227, 2048, 132, f16), Feed::Wide { n: 4 }),
+            ((90, 227, 2176, 132, f16), Feed::Offchip { stages: 4 }),
+            ((90, 227, 4096, 132, f16), Feed::Offchip { stages: 4 }),
             ((90, 227, 512, 132, f32), Feed::Whole),
         ];
         for ((sm, kib, hidden, sms, acc), feed) in takes {
@@ -739,10 +763,10 @@ mod tests {
             panic!("258 blocks taken on 132 SMs");
         };
         assert!(why.contains("258 blocks (2 per 8 hidden units)"), "{why}");
-        let Support::No(why) = pick(90, 227, 4096, 132) else {
-            panic!("256 blocks taken on 132 SMs");
+        let Support::No(why) = pick(90, 227, 4352, 132) else {
+            panic!("136 blocks taken on 132 SMs");
         };
-        assert!(why.contains("256 blocks (2 per 32 hidden units)"), "{why}");
+        assert!(why.contains("136 blocks (1 per 32 hidden units)"), "{why}");
         assert!(why.ends_with("this GPU holds 132"), "{why}");
         // Slices of 32 units asked for at 512: 32 blocks.
         let wide = feeds_by_preference().filter(|f| f.units() == 32);
