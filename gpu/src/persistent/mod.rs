@@ -252,7 +252,12 @@ mod fetch;
 mod forward;
 #[cfg(target_arch = "nvptx64")]
 mod logits;
-#[cfg(target_arch = "nvptx64")]
+// The offchip kernel is Hopper's alone.
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    target_feature = "ptx81"
+))]
 mod offchip;
 #[cfg(target_arch = "nvptx64")]
 mod shuffle;

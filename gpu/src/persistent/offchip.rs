@@ -120,7 +120,7 @@ fn hidden<const N: usize>(b: &Block, ring: &mut Ring) -> [[f32; 4]; N] {
 }
 
 /// Where the bias warp leaves db1 for the update (f32, one per unit of the slice): the region
-/// the other kernels receive their partner's shares in, which these kernels do not use.
+/// the other kernels receive their partner's shares in, which this kernel does not use.
 #[inline(always)]
 fn db1(b: &Block) -> *mut f32 {
     unsafe { b.base.add(b.lay.xch) as *mut f32 }
@@ -184,8 +184,8 @@ fn output_grads<const N: usize>(b: &Block) {
 /// dW1 and its SGD step, over the streamed batch: chunk `c` holds input tile `8c + w` of warp
 /// `w`, whose product over the whole batch is complete within the chunk, so the warp steps the
 /// tile's master values and momentum in global memory and its fp16 copy in shared memory as
-/// soon as it has it. The tile's state is loaded before its product, which hides the loads'
-/// latency. Every thread calls it (the ring's barriers).
+/// soon as it has it. The tile's state is loaded just before its product (a chunk earlier, it
+/// ran slower: `docs/persistent.md`). Every thread calls it (the ring's barriers).
 #[inline(always)]
 fn dw1_step<const N: usize>(b: &Block, ring: &mut Ring) {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
@@ -291,7 +291,6 @@ fn small_step<const N: usize>(b: &Block) {
     }
 }
 
-#[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
 #[unsafe(export_name = "mlp1_persistent_offchip_f16")]
 unsafe extern "ptx-kernel" fn offchip(args: Params) {
     unsafe { train::<OFFCHIP>(args) }

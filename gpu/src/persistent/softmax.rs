@@ -16,8 +16,9 @@ const PER_OF_BLOCK: usize = MAX_CLASSES * ROWS / THREADS;
 const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
 /// The rows a block holds at most, with the batch in parts.
 const ROWS: usize = MAX_TILES * 16;
-/// Classes per thread of a row in the offchip kernel, whose blocks hold the whole batch: two
-/// threads a row.
+/// Classes per thread of a row in the offchip kernel (Hopper), whose blocks hold the whole
+/// batch: two threads a row.
+#[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
 const PER_OF_WHOLE_BATCH: usize = MAX_CLASSES * MAX_BATCH / THREADS;
 
 /// The softmax of the block's rows, behind a block barrier; returns the thread's part of the
@@ -36,6 +37,7 @@ pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step
 
 /// [`cross_entropy`] of the whole batch (the offchip kernel, which streams it: the labels come
 /// from the shuffled set).
+#[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
 #[inline(always)]
 pub fn cross_entropy_whole_batch(b: &Block, s: &Step) -> (f32, f32) {
     let part = row::<true, PER_OF_WHOLE_BATCH>(b, s);
