@@ -65,13 +65,7 @@ pub fn bias_share<const T: usize, const N: usize>(b: &Block, out: &Outbox) -> f3
     let g = b.group();
     let mut db1 = 0.0;
     for n in 0..N {
-        let bf = unit_frags::<T>(b, b.dh(n));
-        let mut d = [0.0f32; 4];
-        for ks in 0..T {
-            if ks < b.rows() / 16 {
-                d.mma_k16(ONES_A, bf[ks]);
-            }
-        }
+        let d = column_sums::<T>(b, b.dh(n));
         // By select, not by index: a computed index would put `d` in local memory.
         if n == g / 2 {
             db1 = if g.is_multiple_of(2) { d[0] } else { d[1] };
@@ -84,6 +78,20 @@ pub fn bias_share<const T: usize, const N: usize>(b: &Block, out: &Outbox) -> f3
         }
         None => 0.0,
     }
+}
+
+/// The column sums over the block's rows of an fp16 `[rows][UNITS]` plane in shared memory (a
+/// product with ones: every row of the fragment holds them), `T` 16-row tiles at most.
+#[inline(always)]
+pub fn column_sums<const T: usize>(b: &Block, plane: u32) -> [f32; 4] {
+    let bf = unit_frags::<T>(b, plane);
+    let mut d = [0.0f32; 4];
+    for ks in 0..T {
+        if ks < b.rows() / 16 {
+            d.mma_k16(ONES_A, bf[ks]);
+        }
+    }
+    d
 }
 
 /// B fragments of `k`-steps 0..rows/16 (`T` at most) of an fp16 `[rows][UNITS]` plane in

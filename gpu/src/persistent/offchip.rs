@@ -12,7 +12,7 @@
 //! ring of `stream`, twice a step. Warp `w` owns the batch's 16-row tile `w`: its forward is
 //! one accumulator chain per n-tile over every k-step, so no partial sums cross warps; its dW1
 //! tiles are input tile `w` of each chunk, every n-tile, over the whole batch.
-use super::backward::{self, BIAS_WARP, ONES, ONES_A, OUTPUT_WARP, unit_frags};
+use super::backward::{self, BIAS_WARP, ONES, OUTPUT_WARP, column_sums, unit_frags};
 use super::context::{Block, Step};
 use super::forward::{activate, w1_frags};
 use super::stream::{Ring, chunks};
@@ -135,13 +135,7 @@ fn bias_grad<const N: usize>(b: &Block) {
         return;
     }
     for n in 0..N {
-        let bf = unit_frags::<T>(b, b.dh(n));
-        let mut d = [0.0f32; 4];
-        for ks in 0..T {
-            if ks < b.rows() / 16 {
-                d.mma_k16(ONES_A, bf[ks]);
-            }
-        }
+        let d = column_sums::<T>(b, b.dh(n));
         if b.group() == 0 {
             let at = UNITS * n + 2 * b.in_group();
             unsafe { (*db1(b).add(at), *db1(b).add(at + 1)) = (d[0], d[1]) };
