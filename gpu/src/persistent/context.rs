@@ -128,6 +128,11 @@ impl Block {
     pub fn rows(&self) -> usize {
         self.lay.rows
     }
+    /// The most rows a block of this kernel holds, a constant: its tile warps' 16-row tiles.
+    #[inline(always)]
+    pub fn max_rows(&self) -> usize {
+        16 * self.tile_warps
+    }
     /// The lane's row group and its column pair in an `mma` fragment (PTX's `groupID` and
     /// `threadID_in_group`).
     #[inline(always)]
