@@ -61,7 +61,9 @@ impl Block {
         args: Params,
     ) -> Block {
         let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
-        let lay = if STREAM && parts == 1 {
+        // Only the offchip kernel gives a block the whole batch.
+        let offchip = parts == 1;
+        let lay = if offchip {
             Smem::offchip(batch, dim, args.stages as usize)
         } else if STREAM {
             Smem::streamed(batch, dim, args.stages as usize)
@@ -92,7 +94,7 @@ impl Block {
             peer0: first_owned(part ^ 1),
             r0,
             mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
-            tile_warps: if parts == 1 { WARPS } else { TILE_WARPS },
+            tile_warps: if offchip { WARPS } else { TILE_WARPS },
             classes: args.classes as usize,
             ktiles: (args.dim / 16) as usize,
             slot: logits_slot(args.batch as usize, args.classes as usize),
@@ -144,8 +146,8 @@ impl Block {
         self.lane % 4
     }
     /// Whether this warp owns a 16-row tile of the batch with rows in it: warp `w` owns tile
-    /// `w` of the block's rows, so warps 0-3 own the tiles of half the batch, and all eight
-    /// those of the whole batch (the offchip kernel).
+    /// `w` of the block's rows, which are at most half the batch, four tiles, or in the offchip
+    /// kernel the whole batch, eight.
     #[inline(always)]
     pub fn has_tile(&self) -> bool {
         self.warp < self.tile_warps && 16 * self.warp < self.mine

@@ -31,6 +31,8 @@ type Acc16 = [u32; 2];
 /// The training loop of one block: `args.steps` steps with slices of `N` n-tiles.
 #[inline(always)]
 unsafe fn train<const N: usize>(args: Params) {
+    // `Block::new` lays shared memory out for `Smem::offchip`'s slices.
+    const { assert!(N == OFFCHIP) };
     let block = Block::new::<true, false, T, N, false>(args);
     load_w1(&block);
     weights::load_small(&block);
@@ -257,7 +259,8 @@ impl<const N: usize> State<N> {
 
 /// The SGD step of b1 (a thread a unit), W2's columns of the slice and b2 (threads `128 + j`,
 /// word `j` of each fragment: [`w2_element`]), from the gradients [`bias_grad`] and
-/// [`output_grads`] left, which the ring's barriers in [`dw1_step`] have ordered before.
+/// [`output_grads`] left, which the ring's barriers in [`dw1_step`] have ordered before (it
+/// passes at least one: every input width has a chunk).
 #[inline(always)]
 fn small_step<const N: usize>(b: &Block) {
     let p = b.small();

@@ -46,8 +46,9 @@ pub fn cross_entropy_whole_batch(b: &Block, s: &Step) -> (f32, f32) {
 }
 
 /// Slice 0, which records the loss: each warp's sums of the threads' `part`s in shared memory,
-/// for [`record_loss`] after the next block barrier. Called where the block waits anyway (for
-/// the other blocks' gradient shares), not on the way from the softmax to the backward.
+/// for [`record_loss`] after the next block barrier. The kernels that exchange gradient shares
+/// call it where the block waits for the other blocks' anyway, off the way from the softmax to
+/// the backward; the offchip kernel, which waits for none, right after the softmax.
 #[inline(always)]
 pub fn loss_sums(b: &Block, (l_sum, c_sum): (f32, f32)) {
     if b.slice != 0 {

@@ -221,14 +221,14 @@ impl Feed {
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
     let singles = [2, 4].map(|parts| Feed::Single { parts });
     let wide = WIDE.map(|n| Feed::Wide { n });
-    let rings = || (MIN_STAGES..=MAX_STAGES).rev();
-    let offchip = rings().map(|stages| Feed::Offchip { stages });
+    let stage_counts = || (MIN_STAGES..=MAX_STAGES).rev();
+    let offchip = stage_counts().map(|stages| Feed::Offchip { stages });
     [Feed::Whole]
         .into_iter()
         .chain(singles)
         .chain(wide)
         .chain(offchip)
-        .chain(rings().map(|stages| Feed::Streamed { stages }))
+        .chain(stage_counts().map(|stages| Feed::Streamed { stages }))
 }
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
@@ -448,9 +448,9 @@ impl Persistent {
         } else {
             0
         };
-        // Clusters exchange in shared memory, and the offchip kernels' blocks have the whole
+        // Clusters exchange in shared memory, and the offchip kernel's blocks have the whole
         // batch: neither has an exchange area or slice counters.
-        let (exchange, counters) = if cluster > 0 || feed.parts() == 1 {
+        let (exchange, counters) = if cluster > 0 || matches!(feed, Feed::Offchip { .. }) {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
@@ -777,12 +777,14 @@ mod tests {
             |_| Ok(132),
         );
         assert_eq!(picked.unwrap(), Support::Yes(Feed::Wide { n: 4 }));
-        // No wide kernel has fp32 accumulators, nor sm_80 PTX.
+        // No wide or offchip kernel has fp32 accumulators, nor sm_80 PTX.
         let Support::No(why) = pick_with(90, 227, 1024, 132, Accum::F32) else {
             panic!("a wide slice taken with fp32 accumulators");
         };
         assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
         assert!(matches!(pick(80, 227, 1024, 132), Support::No(_)));
+        assert!(matches!(pick(80, 227, 4096, 132), Support::No(_)));
+        assert!(matches!(pick_with(90, 227, 4096, 132, f32), Support::No(_)));
         let Support::No(why) = pick(80, 48, 128, 132) else {
             panic!("a 48 KiB block taken");
         };
