@@ -217,10 +217,11 @@ fn persistent_steps_match_cpu_reference() {
 
 /// [`persistent_steps_match_cpu_reference`] with slices of 16 and 32 hidden units (Hopper PTX,
 /// fp16 accumulators, the partial logits added by bulk reductions): two slices (one cluster of
-/// two pairs) and three (clusters of one pair), at input widths of 49 and 3 dW1 tiles. At batch 8 the second block of each pair has no rows
-/// but still updates its half of the slice's W1 and sends it. (MNIST's width is checked at
-/// batch 120 only: at batch 8 its 64-unit model flips a ReLU mask against the CPU by fp16
-/// rounding, with slices of 8 units exactly as with these.)
+/// two pairs) and three (clusters of one pair), at input widths of 49 and 3 dW1 tiles. At
+/// batch 8 the second block of each pair has no rows but still updates its half of the slice's
+/// W1 and sends it. (MNIST's width is checked at batch 120 only: at batch 8 its 64-unit model
+/// flips a ReLU mask against the CPU by fp16 rounding, with slices of 8 units exactly as with
+/// these.)
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn wide_persistent_steps_match_cpu_reference() {
@@ -237,8 +238,9 @@ fn wide_persistent_steps_match_cpu_reference() {
 
 /// [`persistent_steps_match_cpu_reference`] for the offchip kernel (Hopper PTX, fp16
 /// accumulators), W1's master values and momentum in global memory: one block per slice of 32
-/// hidden units holds the whole batch, streamed through two or four stages; two and three slices, at input widths of 49 and 3 dW1 tiles.
-/// At batch 8 only the block's first warp has rows.
+/// hidden units holds the whole batch, streamed through two or four stages; two and three
+/// slices, at input widths of 49 and 3 dW1 tiles. At batch 8 only the block's first warp has
+/// rows.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn offchip_persistent_steps_match_cpu_reference() {
@@ -432,6 +434,14 @@ fn persistent_steps_against_cpu(
                 }
                 let got = m.params().unwrap();
                 let got_loss = g.download(&loss).unwrap();
+                // The fp16 copy that evaluation and the layered step read: the master values
+                // rounded, as each kernel writes it back at the end of its launch.
+                let half = g.download_buf(m.w16).unwrap();
+                let stale = (0..got.len()).find(|&k| half[k] != f16::from_f32(got[k]));
+                assert_eq!(
+                    stale, None,
+                    "{acc:?} {sizes:?} batch {batch}: fp16 copy ≠ master"
+                );
                 // A set smaller than the epoch, or steps past it, are refused, never launched.
                 let ptrs = (dptr(&dx, st), dptr(&dy, st));
                 assert!(

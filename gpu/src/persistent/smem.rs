@@ -259,6 +259,8 @@ mod tests {
                 // the warps split the forward by tile.
                 let w1 = (m.w1_planes > 0).then_some(m.w1);
                 let partials = (m.mbar > m.partials).then_some(m.partials);
+                // Only the offchip kernel, whose blocks hold the whole batch, has none.
+                assert_eq!(partials.is_none(), parts == 1, "{m:?}");
                 let regions: Vec<usize> = [m.x]
                     .into_iter()
                     .chain(w1)
@@ -339,7 +341,6 @@ mod tests {
         let m = |stages| Smem::offchip(128, 784, stages);
         assert_eq!(m(4).rows, 128);
         assert_eq!(m(4).bytes, 221_984);
-        assert!(m(4).bytes <= 232_448, "{} bytes", m(4).bytes);
         assert!(
             m(5).bytes > 232_448,
             "{} bytes with five stages",
