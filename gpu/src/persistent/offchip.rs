@@ -147,7 +147,8 @@ fn bias_grad<const N: usize>(b: &Block) {
 
 /// dW2 = dlogitsᵀ·H (a fragment per n-tile) and db2 (dlogits' column sums) over the batch, on
 /// the [`OUTPUT_WARP`], into [`Block::own`] for the update: n-tile `n`'s fragment at word
-/// `128·n`, db2's after the last.
+/// `128·n`, db2's after the last. Unlike [`backward::output_grads`], one n-tile at a time and
+/// nothing sent: H's fragments of the whole batch for all four n-tiles would take 64 registers.
 #[inline(always)]
 fn output_grads<const N: usize>(b: &Block) {
     if b.warp != OUTPUT_WARP {
