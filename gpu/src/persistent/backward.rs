@@ -16,9 +16,9 @@ pub const ONES: [u32; 2] = [0x3c00_3c00; 2];
 const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
 /// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
 pub const OUTPUT_WARP: usize = WARPS - 1;
-/// The warp that computes db1 (and, but in the offchip kernel, updates b1): in the kernels of
-/// half the batch one with neither a tile of dH, nor dW2, nor warp 0's extra dW1 tile, beside a
-/// tile warp (warp 1) on its scheduler.
+/// The warp that computes db1, and updates b1 in every kernel but the offchip one. In the
+/// kernels of half the batch it has neither a tile of dH, nor dW2, nor warp 0's extra dW1 tile,
+/// and shares its scheduler with a tile warp (warp 1).
 pub const BIAS_WARP: usize = 5;
 
 /// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes per n-tile),
