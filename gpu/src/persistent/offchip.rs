@@ -16,8 +16,8 @@ use super::backward::{self, BIAS_WARP, ONES, OUTPUT_WARP, column_sums, unit_frag
 use super::context::{Block, Step};
 use super::forward::{activate, w1_frags};
 use super::stream::{Ring, chunks};
-use super::update::{sgd, w2_element, w2_word};
-use super::weights::{self, set_w2_half, w1_index, w1_shared};
+use super::update::{sgd, small_sgd, w2_word};
+use super::weights::{self, w1_index, w1_shared};
 use super::*;
 use super::{logits, softmax};
 use crate::arch::*;
@@ -258,35 +258,15 @@ impl<const N: usize> State<N> {
     }
 }
 
-/// The SGD step of b1 (a thread a unit), W2's columns of the slice and b2 (threads `128 + j`,
-/// word `j` of each fragment: [`w2_element`]), from the gradients [`bias_grad`] and
-/// [`output_grads`] left, which the ring's barriers in [`dw1_step`] have ordered before (it
-/// passes at least one: every input width has a chunk).
+/// The SGD step of b1 (thread `t` takes unit `t`), W2's columns of the slice and b2
+/// ([`small_sgd`]), from the gradients [`bias_grad`] and [`output_grads`] left, which the
+/// ring's barriers in [`dw1_step`] have ordered before (it passes at least one: every input
+/// width has a chunk).
 #[inline(always)]
 fn small_step<const N: usize>(b: &Block) {
-    let p = b.small();
     let t = b.tid;
-    if t < b.units() {
-        unsafe {
-            let (m, v) = (&mut *p.b1_master.add(t), &mut *p.b1_momentum.add(t));
-            *p.b1_half.add(t) = round_h(sgd(b, m, v, *db1(b).add(t)));
-        }
-    }
-    if let Some((c, unit)) = w2_element(b) {
-        let word = w2_word(b);
-        for n in 0..N {
-            let j = UNITS * n + unit;
-            let i = c * b.units() + j;
-            let (m, v) = unsafe { (&mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i)) };
-            let g = unsafe { *b.own().add(128 * n + word) };
-            set_w2_half(b, c, j, sgd(b, m, v, g));
-        }
-        if unit == 0 {
-            let (m, v) = unsafe { (&mut *p.b2_master.add(c), &mut *p.b2_momentum.add(c)) };
-            let g = unsafe { *b.own().add(128 * N + word) };
-            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, g)) };
-        }
-    }
+    let b1 = (t < b.units()).then(|| (t, unsafe { *db1(b).add(t) }));
+    small_sgd::<N>(b, b1, |n| unsafe { *b.own().add(128 * n + w2_word(b)) });
 }
 
 #[unsafe(export_name = "mlp1_persistent_offchip_f16")]

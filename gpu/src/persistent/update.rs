@@ -71,28 +71,31 @@ pub fn sgd_step<const N: usize, const O: usize, const R: bool>(
             }
         }
     }
+    let b1 = bias_unit(b).map(|t| (t, sums.db1));
+    small_sgd::<N>(b, b1, |n| if n < N { sums.dw2[n] } else { sums.db2 });
+}
+
+/// The SGD step of the slice's b1, W2 and b2, each element on the thread that owns it: b1's
+/// entry `t` where `b1` is `Some((t, its gradient))`; where [`w2_element`] gives the thread an
+/// element, W2's of each n-tile `n` by the gradient `g2(n)` and, on unit 0, b2's of its class
+/// by `g2(N)`.
+#[inline(always)]
+pub fn small_sgd<const N: usize>(b: &Block, b1: Option<(usize, f32)>, g2: impl Fn(usize) -> f32) {
     let p = b.small();
-    if let Some(t) = bias_unit(b) {
-        let g = sums.db1;
-        unsafe {
-            *p.b1_half.add(t) = round_h(sgd(
-                b,
-                &mut *p.b1_master.add(t),
-                &mut *p.b1_momentum.add(t),
-                g,
-            ))
-        };
+    if let Some((t, g)) = b1 {
+        let (m, v) = unsafe { (&mut *p.b1_master.add(t), &mut *p.b1_momentum.add(t)) };
+        unsafe { *p.b1_half.add(t) = round_h(sgd(b, m, v, g)) };
     }
     if let Some((c, unit)) = w2_element(b) {
         for n in 0..N {
             let j = UNITS * n + unit;
             let i = c * b.units() + j;
             let (m, v) = unsafe { (&mut *p.w2_master.add(i), &mut *p.w2_momentum.add(i)) };
-            set_w2_half(b, c, j, sgd(b, m, v, sums.dw2[n]));
+            set_w2_half(b, c, j, sgd(b, m, v, g2(n)));
         }
         if unit == 0 {
             let (m, v) = unsafe { (&mut *p.b2_master.add(c), &mut *p.b2_momentum.add(c)) };
-            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, sums.db2)) };
+            unsafe { *p.b2_half.add(c) = round_h(sgd(b, m, v, g2(N))) };
         }
     }
 }
