@@ -13,7 +13,7 @@ docs/results/NAME/ and write docs/RESULTS.md with
 `python3 bench/results_md.py docs/results/NAME --images results/NAME/ --to docs/RESULTS.md`.
 Refuses an existing OUT_DIR unless --force, or --resume: then the steps whose results are
 already there are kept (a report cut short by a time limit is finished by running it again).
-Takes about 8 to 10 minutes on an H200.
+Takes 9 to 12 minutes on an H200, most of it the GEMM table and the width sweep.
 """
 import argparse, csv, datetime, re, shutil, subprocess, sys, time
 from pathlib import Path

@@ -242,7 +242,9 @@ if g:
         ours = [r for r in rr if not r["version"].startswith("cublas")]
         if ours:
             b = max(ours, key=lambda r: float(r["tflops"]))
-            md.append(f"| {s} ({b['m']}×{b['n']}×{b['k']}) | {float(cb['tflops']):.1f} | {b['version']} | {float(b['tflops']):.1f} | {float(b['pct_cublas_f16']):.0f}% |")
+            # A fused pair's version names its two kernels as `dW2's | dW1's`; a pipe would end the cell.
+            version = b["version"].replace(" | ", " + ")
+            md.append(f"| {s} ({b['m']}×{b['n']}×{b['k']}) | {float(cb['tflops']):.1f} | {version} | {float(b['tflops']):.1f} | {float(b['pct_cublas_f16']):.0f}% |")
     roof = [l for l in (d / "gemm.log").read_text().splitlines() if l.startswith("roof:")] if (d / "gemm.log").exists() else []
     if roof:
         md.append("\nThe roof: `mma.sync` alone, operands in registers, no memory traffic (`host gemm` prints it first; no `mma.sync` GEMM can exceed it). "
