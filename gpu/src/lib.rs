@@ -27,6 +27,7 @@ pub mod params;
 pub mod persistent;
 pub mod philox;
 pub mod shuffle;
+pub mod target;
 
 /// Threads per block of the regression kernels (their grid-stride partial sums assume it).
 pub const REGRESSION_THREADS: u32 = 256;

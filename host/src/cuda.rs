@@ -24,7 +24,7 @@ pub use cudarc::driver::PushKernelArg;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// The embedded PTX to load (`--ptx sm_75`) instead of the newest the device runs.
-    pub ptx: Option<ptx::Arch>,
+    pub ptx: Option<ptx::Target>,
     /// Bytes of shared memory per block the host takes as the device's opt-in limit
     /// (`--max-smem-kb`), at most the real one.
     pub max_smem: Option<usize>,

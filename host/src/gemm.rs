@@ -2,7 +2,7 @@
 //! reference and cuBLAS for comparison.
 use crate::cuda::{Gpu, PushKernelArg, arg, attribute, cluster_attribute};
 use crate::kernels;
-use crate::ptx::Arch;
+use crate::ptx::Target;
 use crate::tma;
 use anyhow::{Context, Result, bail, ensure};
 use cudarc::cublas::{CudaBlas, sys as cublas_sys};
@@ -111,7 +111,7 @@ impl Version {
     }
 
     /// Whether the PTX of architecture `arch` holds the version.
-    fn in_ptx(&self, arch: Arch) -> bool {
+    fn in_ptx(&self, arch: Target) -> bool {
         match self {
             Version::Tensor(c, _) => c.in_ptx(arch.sm, arch.specific),
             _ => self.min_sm() <= arch.sm,
@@ -119,7 +119,7 @@ impl Version {
     }
 
     /// Every version the PTX of architecture `arch` holds, SIMT first, then the direct rung.
-    pub fn all_in(arch: Arch) -> Vec<Version> {
+    pub fn all_in(arch: Target) -> Vec<Version> {
         let mut v: Vec<Version> = SIMT_VERSIONS.iter().map(|s| Version::Simt(s)).collect();
         if Version::Direct.in_ptx(arch) {
             v.push(Version::Direct);

@@ -23,7 +23,7 @@ struct Cli {
     /// choices on a newer GPU. Its cubin is used only where that SASS runs on the GPU; otherwise
     /// the driver compiles the PTX.
     #[arg(long, global = true, value_name = "SM_XX", value_parser = ptx::parse_arch)]
-    ptx: Option<ptx::Arch>,
+    ptx: Option<ptx::Target>,
     /// Take this many KiB as the shared memory a block may use (at most the GPU's own opt-in
     /// limit), so the persistent kernel's check and the GEMM configuration choice behave as on
     /// a GPU with that much.
@@ -285,6 +285,10 @@ fn info(gpu: &Gpu) -> Result<()> {
         gpu.ptx_choice()
     );
     println!("module:             {}", gpu.module_source());
+    println!("persistent kernel variants (batch 128 × 784, in the order the host prefers them):");
+    for line in host::mlp::persistent::describe_variants(gpu) {
+        println!("{line}");
+    }
     let kernels = ptx::kernels(gpu.ptx.source);
     println!("kernels ({}):", kernels.len());
     for k in kernels {

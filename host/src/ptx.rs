@@ -16,44 +16,12 @@ pub struct EmbeddedPtx {
     pub cubin: Option<&'static [u8]>,
 }
 
-/// An architecture as `GPU_ARCHS` and `--ptx` write it: `sm_80`, or `sm_90a`, the
-/// architecture-specific PTX of compute capability 9.0 (`wgmma`), which runs on 9.0 alone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Arch {
-    pub sm: u32,
-    pub specific: bool,
-}
-
-impl Arch {
-    /// The portable PTX of compute capability `sm`, which every later GPU runs.
-    pub const fn portable(sm: u32) -> Arch {
-        Arch {
-            sm,
-            specific: false,
-        }
-    }
-
-    /// Whether PTX for this architecture runs on a device of compute capability `device`: PTX
-    /// runs on every later major version, an architecture-specific one on its own alone.
-    pub fn runs_on(self, device: u32) -> bool {
-        if self.specific {
-            self.sm == device
-        } else {
-            self.sm <= device
-        }
-    }
-}
-
-impl std::fmt::Display for Arch {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "sm_{}{}", self.sm, if self.specific { "a" } else { "" })
-    }
-}
+pub use gpu::target::Target;
 
 impl EmbeddedPtx {
     /// The architecture this PTX was built for.
-    pub fn target(&self) -> Arch {
-        Arch {
+    pub fn target(&self) -> Target {
+        Target {
             sm: self.sm,
             specific: self.arch.ends_with('a'),
         }
@@ -68,7 +36,7 @@ impl EmbeddedPtx {
 
 /// Whether SASS assembled for compute capability `built` runs on a device of `device`: the same
 /// major version, and a minor not above the device's (an sm_80 cubin runs on sm_86; an sm_90
-/// one on sm_90 alone). PTX, unlike SASS, runs on every later major version ([`Arch::runs_on`]).
+/// one on sm_90 alone). PTX, unlike SASS, runs on every later major version ([`Target::runs_on`]).
 pub fn sass_runs_on(built: u32, device: u32) -> bool {
     built / 10 == device / 10 && built <= device
 }
@@ -100,14 +68,14 @@ fn best_among(list: &'static [EmbeddedPtx], sm: u32) -> Option<&'static Embedded
 /// The embedded PTX to load on a device of compute capability `sm`: architecture `requested`
 /// (`--ptx`), or without one the newest the device runs. Errors name what is embedded and
 /// what the device is.
-pub fn choose(sm: u32, requested: Option<Arch>) -> Result<&'static EmbeddedPtx> {
+pub fn choose(sm: u32, requested: Option<Target>) -> Result<&'static EmbeddedPtx> {
     choose_among(EMBEDDED, sm, requested)
 }
 
 fn choose_among(
     list: &'static [EmbeddedPtx],
     sm: u32,
-    requested: Option<Arch>,
+    requested: Option<Target>,
 ) -> Result<&'static EmbeddedPtx> {
     let built = || {
         let archs: Vec<_> = list.iter().map(|p| p.arch).collect();
@@ -150,7 +118,7 @@ fn choose_among(
 }
 
 /// An architecture as `--ptx` takes it: `sm_80`, or `sm_90a` for an architecture-specific PTX.
-pub fn parse_arch(s: &str) -> Result<Arch, String> {
+pub fn parse_arch(s: &str) -> Result<Target, String> {
     let digits = s.strip_prefix("sm_").unwrap_or("");
     let (digits, specific) = match digits.strip_suffix('a') {
         Some(d) => (d, true),
@@ -160,7 +128,7 @@ pub fn parse_arch(s: &str) -> Result<Arch, String> {
         .contains(&digits.len())
         .then(|| digits.parse().ok())
         .flatten()
-        .map(|sm| Arch { sm, specific })
+        .map(|sm| Target { sm, specific })
         .ok_or_else(|| format!("an architecture is written like sm_80 or sm_90a, not {s:?}"))
 }
 
@@ -220,8 +188,8 @@ mod tests {
         },
     ];
 
-    fn arch(sm: u32) -> Option<Arch> {
-        Some(Arch::portable(sm))
+    fn arch(sm: u32) -> Option<Target> {
+        Some(Target::portable(sm))
     }
 
     #[test]
@@ -274,7 +242,7 @@ mod tests {
     fn architectures_parse_as_sm_and_a_number() {
         assert_eq!(parse_arch("sm_75"), Ok(arch(75).unwrap()));
         assert_eq!(parse_arch("sm_100"), Ok(arch(100).unwrap()));
-        let specific = Arch {
+        let specific = Target {
             sm: 90,
             specific: true,
         };

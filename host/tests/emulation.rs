@@ -8,7 +8,7 @@ use host::cuda::{Gpu, GpuOptions, ModuleForm};
 use host::gemm::{self, Problem, Ptrs, Usage, Version};
 use host::mlp::persistent::{self, Feed, Support};
 use host::mlp::{Options, header, train};
-use host::ptx::Arch;
+use host::ptx::Target;
 
 const KIB_64: usize = 64 * 1024;
 
@@ -39,7 +39,7 @@ fn open(oldest: u32, newest: u32, max_smem: Option<usize>) -> Option<Gpu> {
         }
         Some(arch) => {
             let o = GpuOptions {
-                ptx: Some(Arch::portable(arch)),
+                ptx: Some(Target::portable(arch)),
                 max_smem,
                 ..GpuOptions::default()
             };
@@ -86,7 +86,7 @@ fn sm75_ptx_trains_mnist_on_the_persistent_kernel() {
     }
     let (wide, steps) = ([ds.train.dim, 512, ds.classes], ds.train.count / 128);
     let support = persistent::support(&g, &wide, 128, steps, Accum::F16).unwrap();
-    assert_eq!(support, Support::Yes(Feed::Streamed { stages: 2 }));
+    assert_eq!(support, Support::Yes(Feed::ring("streamed_regs", 2)));
     let run = train(&g, &one_epoch(), &ds).unwrap();
     let acc = run[0].test_accuracy;
     assert!(acc > 0.9, "one epoch reached only {:.2}%", 100.0 * acc);
@@ -121,13 +121,13 @@ fn smem_cap_streams_the_batch_or_refuses_what_does_not_fit() {
     let single = "one batch buffer refilled after dW1";
     let two = "the batch streamed in 128-input chunks through 2 stages)";
     for (kib, feed, said) in [
-        (163, Feed::Single { parts: 2 }, format!("{single})")),
+        (163, Feed::of("single"), format!("{single})")),
         (
             99,
-            Feed::Single { parts: 4 },
+            Feed::of("quarters"),
             format!("{single}, the batch in 4 parts)"),
         ),
-        (64, Feed::Streamed { stages: 2 }, two.into()),
+        (64, Feed::ring("streamed", 2), two.into()),
     ] {
         let Some(g) = open(80, u32::MAX, Some(kib * 1024)) else {
             return;
@@ -140,7 +140,7 @@ fn smem_cap_streams_the_batch_or_refuses_what_does_not_fit() {
         if kib == 99 {
             let wide = [ds.train.dim, 512, ds.classes];
             let support = persistent::support(&g, &wide, o.batch, steps, Accum::F16).unwrap();
-            assert_eq!(support, Support::Yes(Feed::Streamed { stages: 4 }));
+            assert_eq!(support, Support::Yes(Feed::ring("streamed", 4)));
         }
     }
     let Some(g) = open(80, u32::MAX, Some(48 * 1024)) else {
@@ -158,7 +158,7 @@ fn smem_cap_streams_the_batch_or_refuses_what_does_not_fit() {
     }
     match persistent::support(&g, &[48, 32, 10], 8, 4, Accum::F16).unwrap() {
         Support::Yes(feed) => {
-            assert!(feed.smem(g.ptx.sm, 8, 48).bytes <= 48 * 1024, "{feed:?}")
+            assert!(feed.smem(8, 48).bytes <= 48 * 1024, "{feed:?}")
         }
         Support::No(why) => panic!("a block that fits the cap is refused: {why}"),
     }
@@ -243,7 +243,7 @@ fn options_the_gpu_cannot_honour_are_errors() {
         assert!(e.contains("--max-smem-kb") && !e.contains('\n'), "{e}");
     }
     let e = error(GpuOptions {
-        ptx: Some(Arch::portable(61)),
+        ptx: Some(Target::portable(61)),
         ..GpuOptions::default()
     });
     let device = format!("the GPU is sm_{}", g.sm);

@@ -333,7 +333,7 @@ fn bad_configs_are_errors() {
         assert!(e.contains(&needs), "{e}");
     }
     // On sm_90a, the portable sm_90 PTX of the same GPU lacks the wgmma rows.
-    let portable = host::ptx::Arch::portable(90);
+    let portable = host::ptx::Target::portable(90);
     if arch.specific && host::ptx::EMBEDDED.iter().any(|p| p.target() == portable) {
         let o = host::cuda::GpuOptions {
             ptx: Some(portable),

@@ -5,7 +5,7 @@ use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, PersistentShuffle};
-use gpu::persistent::{OFFCHIP, UNITS, WIDE, label_offset, row_stride};
+use gpu::persistent::{VARIANTS, label_offset, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
@@ -226,10 +226,10 @@ fn persistent_steps_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn wide_persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    for n in WIDE {
-        let feed = Feed::Wide { n };
+    for variant in VARIANTS.iter().filter(|v| v.n > 1 && !v.offchip()) {
+        let feed = Feed { variant, stages: 0 };
         if runs(&g, feed) {
-            let units = n * UNITS;
+            let units = feed.units();
             persistent_steps_against_cpu(&g, Some(feed), &[[784, 2 * units, 10]], &[120]);
             persistent_steps_against_cpu(&g, Some(feed), &[[48, 3 * units, 10]], &BATCHES);
         }
@@ -246,9 +246,9 @@ fn wide_persistent_steps_match_cpu_reference() {
 fn offchip_persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     for stages in [2, 4] {
-        let feed = Feed::Offchip { stages };
+        let feed = Feed::ring("offchip", stages);
         if runs(&g, feed) {
-            let units = OFFCHIP * UNITS;
+            let units = feed.units();
             persistent_steps_against_cpu(&g, Some(feed), &[[784, 2 * units, 10]], &[120]);
             persistent_steps_against_cpu(&g, Some(feed), &[[48, 3 * units, 10]], &BATCHES);
         }
@@ -279,8 +279,12 @@ fn streamed_persistent_steps_match_cpu_reference() {
         let Some(g) = open_with_ptx(ptx) else {
             continue;
         };
-        for stages in [2, 4, 6] {
-            let feed = Feed::Streamed { stages };
+        for (name, stages) in [2, 4, 6]
+            .map(|s| ("streamed", s))
+            .into_iter()
+            .chain([("streamed_regs", 2)])
+        {
+            let feed = Feed::ring(name, stages);
             if runs(&g, feed) {
                 persistent_steps_against_cpu(&g, Some(feed), &SIZES, &BATCHES);
             }
@@ -293,9 +297,9 @@ fn streamed_persistent_steps_match_cpu_reference() {
     // kernel and the one-buffer kernel of half the batch, which need sm_80.
     let mut arena = Arena::measuring();
     for feed in [
-        Feed::Streamed { stages: 4 },
-        Feed::Whole,
-        Feed::Single { parts: 2 },
+        Feed::ring("streamed_regs", 4),
+        Feed::of("whole"),
+        Feed::of("single"),
     ] {
         let p = Persistent::new(&g, &mut arena, &[48, 24, 10], (8, 4), Accum::F16, feed);
         assert!(p.is_err(), "{feed:?}");
@@ -316,9 +320,9 @@ fn single_buffer_persistent_steps_match_cpu_reference() {
         let Some(g) = open_with_ptx(ptx) else {
             continue;
         };
-        for parts in [2, 4] {
-            if runs(&g, Feed::Single { parts }) {
-                persistent_steps_against_cpu(&g, Some(Feed::Single { parts }), &SIZES, &BATCHES);
+        for feed in ["single", "quarters", "quarters_regs"].map(Feed::of) {
+            if runs(&g, feed) {
+                persistent_steps_against_cpu(&g, Some(feed), &SIZES, &BATCHES);
             }
         }
     }
@@ -336,7 +340,7 @@ fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
         return None;
     }
     let o = GpuOptions {
-        ptx: Some(host::ptx::Arch::portable(sm)),
+        ptx: Some(host::ptx::Target::portable(sm)),
         ..GpuOptions::default()
     };
     Some(Gpu::with_options(0, &o).unwrap())
@@ -345,7 +349,7 @@ fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
 /// Whether `g` runs `feed` for the CPU-reference sizes (MNIST's width at batch 120, the
 /// largest); if not, says it is skipped.
 fn runs(g: &Gpu, feed: Feed) -> bool {
-    let ok = feed.runs_with(g.ptx.sm, g.max_smem_optin(), 120, 784);
+    let ok = feed.runs_with(g.ptx.target(), g.max_smem_optin(), 120, 784);
     if !ok {
         eprintln!(
             "skipped in part: {feed:?} does not run on {}",
@@ -392,10 +396,7 @@ fn persistent_steps_against_cpu(
                     panic!("{sizes:?} batch {batch} is refused");
                 };
                 let feed = feed.unwrap_or(chosen);
-                if !feed
-                    .kernel(acc)
-                    .is_some_and(|k| host::kernels::in_ptx_of(k, g.ptx.sm))
-                {
+                if !(feed.variant.exists_in(g.ptx.target()) && feed.variant.has(acc)) {
                     continue;
                 }
                 let carve = |arena: &mut Arena| {

@@ -37,4 +37,4 @@ pub use wgmma::*;
 
 /// This build has Hopper's bulk copies, transaction-counting `mbarrier`s, clusters with
 /// distributed shared memory and `st.async` (sm_90 PTX at ISA 8.1: `build.rs` builds sm_90 so).
-pub const HOPPER: bool = cfg!(all(target_feature = "sm_90", target_feature = "ptx81"));
+pub const HOPPER: bool = crate::target::BUILT.clusters();

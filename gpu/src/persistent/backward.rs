@@ -152,7 +152,7 @@ pub fn output_grads<const T: usize, const N: usize>(b: &Block, out: &Outbox) {
 /// both; four take two, the partner's first, since registers hold the accumulators of two
 /// n-tiles at a time beside the W1 state.
 #[inline(always)]
-pub fn dw1_shares<A: Acc, const STREAM: bool, const T: usize, const N: usize, const O: usize>(
+pub fn dw1_shares<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
@@ -161,7 +161,7 @@ pub fn dw1_shares<A: Acc, const STREAM: bool, const T: usize, const N: usize, co
     if N == 2 {
         // Plane `part` is this block's, the other the partner's: chosen by select, not by
         // index, so the accumulators stay in registers.
-        let both = input_grads::<A, STREAM, T, 2>(b, s, ring, 0);
+        let both = input_grads::<A, F, T, 2>(b, s, ring, 0);
         let plane = |i: usize, own: bool| {
             if (b.part == 0) == own {
                 both[i][0]
@@ -174,29 +174,29 @@ pub fn dw1_shares<A: Acc, const STREAM: bool, const T: usize, const N: usize, co
         }));
         core::array::from_fn(|i| core::array::from_fn(|_| plane(i, true)))
     } else {
-        let theirs = input_grads::<A, STREAM, T, O>(b, s, ring, b.peer0);
+        let theirs = input_grads::<A, F, T, O>(b, s, ring, b.peer0);
         send(&theirs);
         if N == 1 {
             theirs
         } else {
-            input_grads::<A, STREAM, T, O>(b, s, ring, b.own0)
+            input_grads::<A, F, T, O>(b, s, ring, b.own0)
         }
     }
 }
 
 /// The warp's shares of the dW1ᵀ tiles `w, w + WARPS, …` of the `O` n-tiles from `plane0`:
-/// `Xᵀ·dH` over the block's rows, from the batch in shared memory or (`STREAM`) from the
-/// ring. Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of
+/// `Xᵀ·dH` over the block's rows, from the batch in shared memory or (variants fed by a
+/// ring) from the ring. Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of
 /// the loop without the last, rather than computing a tile to discard.
 #[inline(always)]
-fn input_grads<A: Acc, const STREAM: bool, const T: usize, const O: usize>(
+fn input_grads<A: Acc, F: Row, const T: usize, const O: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
     plane0: usize,
 ) -> [[A; O]; TILES_PER_WARP] {
     let bf: [[[u32; 2]; T]; O] = core::array::from_fn(|g| unit_frags::<T>(b, b.dh(plane0 + g)));
-    if STREAM {
+    if F::V.ring() {
         dw1_chunks(b, ring, &bf)
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
         dw1_tiles::<A, TILES_PER_WARP, T, O>(b, s, &bf)

@@ -2,6 +2,7 @@
 //! among its warps, and the addresses of its regions of shared memory.
 use super::*;
 use crate::arch::*;
+use crate::target::BUILT;
 
 /// One block of the persistent kernel. Block `P·s + h` owns slice `s` of the hidden units
 /// ([`Smem::n`] n-tiles of 8, from `j0`) for part `h` of the `P` parts of the batch (rows
@@ -40,43 +41,18 @@ pub struct Block {
     pub peer: u32,
 }
 
-/// Whether every warp of a block meets the grid barrier: on Hopper, and where no warp loads
-/// during the forward (the streamed kernels, `stream`, and one whole-batch buffer, `single`).
-#[inline(always)]
-pub const fn whole_block_meets(stream: bool, single: bool) -> bool {
-    HOPPER || stream || single
-}
-
 impl Block {
     #[inline(always)]
-    /// The block of a kernel whose blocks hold `T` 16-row tiles of the batch at most, in
-    /// slices of `N` n-tiles, W1's fp16 copy in registers with `R`.
-    pub fn new<
-        const STREAM: bool,
-        const SINGLE: bool,
-        const T: usize,
-        const N: usize,
-        const R: bool,
-    >(
-        args: Params,
-    ) -> Block {
-        let (batch, dim, parts) = (args.batch as usize, args.dim as usize, parts(T));
-        // Only the offchip kernel gives a block the whole batch.
-        let offchip = parts == 1;
-        let lay = if offchip {
-            Smem::offchip(batch, dim, args.stages as usize)
-        } else if STREAM {
-            Smem::streamed(batch, dim, args.stages as usize)
-        } else if N > 1 {
-            Smem::wide(batch, dim, N)
-        } else {
-            Smem::whole(batch, dim, if SINGLE { 1 } else { 2 }, parts, R)
-        };
+    /// The block of variant `F`'s kernel.
+    pub fn new<F: Row>(args: Params) -> Block {
+        let v = F::V;
+        let (batch, dim, parts, n) = (args.batch as usize, args.dim as usize, v.parts, v.n);
+        let lay = v.smem(batch, dim, args.stages as usize);
         let base = dynamic_shared::<u8>();
         let blk = block_x();
         let (slice, part) = (blk / parts as u32, blk as usize % parts);
         let r0 = part * lay.rows;
-        let first_owned = |p: usize| if N == 1 { 0 } else { p * owned(N) };
+        let first_owned = |p: usize| if n == 1 { 0 } else { p * owned(n) };
         Block {
             args,
             lay,
@@ -89,17 +65,17 @@ impl Block {
             blocks: grid_dim_x(),
             slice,
             part,
-            j0: slice * (N * UNITS) as u32,
+            j0: slice * (n * UNITS) as u32,
             own0: first_owned(part),
             peer0: first_owned(part ^ 1),
             r0,
             mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
-            tile_warps: if offchip { WARPS } else { TILE_WARPS },
+            tile_warps: if parts == 1 { WARPS } else { TILE_WARPS },
             classes: args.classes as usize,
             ktiles: (args.dim / 16) as usize,
             slot: logits_slot(args.batch as usize, args.classes as usize),
             // With the host's clusters of two or four blocks, the partner is the neighbour.
-            peer: if HOPPER && parts == PAIR {
+            peer: if v.clustered(BUILT) {
                 cluster_rank() ^ 1
             } else {
                 0
@@ -164,7 +140,7 @@ impl Block {
     /// [`whole_block_meets`] for this block's kernel.
     #[inline(always)]
     pub fn whole_block_meets(&self) -> bool {
-        whole_block_meets(self.lay.streamed, self.single())
+        HOPPER || self.lay.streamed || self.single()
     }
     /// The whole-batch buffer step `k` of the launch reads: steps alternate between two, or
     /// take the one.

@@ -16,8 +16,8 @@ use crate::layout::{Operand, ldmatrix_lane};
 /// kernels' warps all load between chunks; one whole-batch buffer fills after dW1) and their
 /// partials fit [`partials_bytes`] (fp32 ones of four tiles fit four warps); else the tile
 /// warps (the whole-batch kernel's loader warps issue `cp.async` meanwhile).
-const fn forward_warps<A: Acc, const STREAM: bool>(tiles: usize) -> usize {
-    if (HOPPER || STREAM) && WARPS * tiles * 32 * size_of::<A>() <= partials_bytes(1) {
+const fn forward_warps<A: Acc>(ring: bool, tiles: usize) -> usize {
+    if (HOPPER || ring) && WARPS * tiles * 32 * size_of::<A>() <= partials_bytes(1) {
         WARPS
     } else {
         TILE_WARPS
@@ -28,42 +28,40 @@ const fn forward_warps<A: Acc, const STREAM: bool>(tiles: usize) -> usize {
 /// are its dW1 tiles: eight warps split K in the whole-batch kernels on Hopper), so that a step
 /// can end with a warp barrier: the forward's block barrier comes before anything else reads
 /// what the update wrote. (It would not before the launch's write-back, which has its own.)
-pub const fn reads_own_w1_rows<A: Acc, const STREAM: bool>(tiles: usize) -> bool {
-    HOPPER && !STREAM && forward_warps::<A, false>(tiles) == WARPS
+pub const fn reads_own_w1_rows<A: Acc>(ring: bool, tiles: usize) -> bool {
+    HOPPER && !ring && forward_warps::<A>(false, tiles) == WARPS
 }
 
 /// The tile warp's H fragment of each n-tile (zeros from other warps), after storing it fp16
-/// in shared memory. The streamed kernels read the batch from `ring`. A block has `T` 16-row
-/// tiles at most and `N` n-tiles; W1's fp16 values come from `w1` (with `R`, its registers).
+/// in shared memory. Variants fed by a ring read the batch from `ring`. A block has `T` 16-row
+/// tiles at most and `N` n-tiles; W1's fp16 values come from `w1` (where the variant keeps
+/// them there, its registers).
 #[inline(always)]
-pub fn hidden<
-    A: Acc,
-    const STREAM: bool,
-    const T: usize,
-    const N: usize,
-    const O: usize,
-    const R: bool,
->(
+pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
-    w1: &W1<O, R>,
+    w1: &W1<O, F>,
 ) -> [[f32; 4]; N] {
-    // The one-buffer kernel (STREAM false) splits as the streamed ones do.
+    let (ring_fed, registers) = (F::V.ring(), F::V.w1_copy_in_registers());
+    // The one-buffer kernel splits as the streamed ones do.
     const {
         let bytes = T * N * 32 * size_of::<A>();
-        assert!(forward_warps::<A, false>(T) * bytes <= partials_bytes(N));
-        assert!(forward_warps::<A, true>(T) * bytes <= partials_bytes(N));
+        assert!(forward_warps::<A>(false, T) * bytes <= partials_bytes(N));
+        assert!(forward_warps::<A>(true, T) * bytes <= partials_bytes(N));
         assert!(T <= MAX_TILES);
-        assert!(!R || (N == 1 && !STREAM && forward_warps::<A, true>(T) == WARPS));
+        assert!(
+            !F::V.w1_copy_in_registers()
+                || (N == 1 && !F::V.ring() && forward_warps::<A>(true, T) == WARPS)
+        );
     };
     // With one whole-batch buffer no warp loads during the forward either.
     let fwd = if b.single() {
-        forward_warps::<A, true>(T)
+        forward_warps::<A>(true, T)
     } else {
-        forward_warps::<A, STREAM>(T)
+        forward_warps::<A>(ring_fed, T)
     };
-    if STREAM {
+    if ring_fed {
         // Every thread takes part in the ring, rows or not.
         let acc = k_chunks::<A, T, N>(b, ring, fwd);
         if b.warp < fwd {
@@ -71,8 +69,8 @@ pub fn hidden<
         }
         sync_threads();
     } else if b.mine > 0 {
-        if R {
-            let acc = k_own::<A, T, N, O, R>(b, s, w1);
+        if registers {
+            let acc = k_own::<A, F, T, N, O>(b, s, w1);
             store_partials(b, &acc);
         } else if b.warp < fwd {
             let acc = k_split::<A, T, N>(b, s, fwd);
@@ -173,15 +171,15 @@ fn k_split<A: Acc, const T: usize, const N: usize>(b: &Block, s: &Step, fwd: usi
     acc
 }
 
-/// [`k_split`] with W1's B fragments in registers ([`W1`] with `R`): every warp takes the
+/// [`k_split`] with W1's B fragments in registers ([`W1State::RegistersWithCopy`]): every warp takes the
 /// k-steps `warp + WARPS·i`, the input tiles whose dW1 it computes and whose W1 it updates,
 /// with `i` unrolled so that the fragments stay in registers. Warps with a k-step fewer than
 /// warp 0 (which sets the pace) multiply a repeat of their last by zeros, branch-free.
 #[inline(always)]
-fn k_own<A: Acc, const T: usize, const N: usize, const O: usize, const R: bool>(
+fn k_own<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
-    w1: &W1<O, R>,
+    w1: &W1<O, F>,
 ) -> [[A; N]; T] {
     let (ktiles, stride) = (b.ktiles, b.lay.stride);
     let tiles = b.rows() / 16;

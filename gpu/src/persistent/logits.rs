@@ -15,22 +15,23 @@ const FIX_LIMIT: f32 = 1048576.0;
 
 /// The tile warp's partial logits: the H fragment of each n-tile `hf[n]` is the A fragment of
 /// an m16n8k8 product over its 8 units, accumulated over the slice's n-tiles. `A` and `T` are
-/// the kernel's accumulator and tiles a block. `BULK` adds them by one bulk reduction of the
+/// the kernel's accumulator and tiles a block. `bulk` adds them by one bulk reduction of the
 /// copy engine (`cp.reduce.async.bulk`) per piece rather than a `red` per value: the kernels
 /// for many slices (Hopper), whose `red`s into the same sums contend in L2, take it: the wide
 /// kernels (64 slices at 1,024 and 2,048 hidden units) and the two-buffer kernel for 24 slices
 /// of 8 units or more. With fewer slices (MNIST's default: 16) the reduction's round trip costs
 /// more than it saves (`docs/persistent.md`).
 #[inline(always)]
-pub fn add_partials<A: Acc, const T: usize, const N: usize, const BULK: bool>(
+pub fn add_partials<A: Acc, const T: usize, const N: usize>(
     b: &Block,
     s: &Step,
     hf: &[[f32; 4]; N],
+    bulk: bool,
 ) {
     if !b.has_tile() {
         return;
     }
-    if BULK {
+    if bulk {
         return stage_and_reduce::<A, T, N>(b, s, hf);
     }
     let (w, l, g, t, cn) = (b.warp, b.lane, b.group(), b.in_group(), b.classes);

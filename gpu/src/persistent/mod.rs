@@ -48,6 +48,11 @@
 //! Hopper) and dW1. W1's fp32 master values and momentum live in registers for the whole
 //! launch.
 //!
+//! The variants (how the batch reaches shared memory, how many blocks share a slice and how
+//! wide it is, where W1's state lives, how the partial logits are added) are the rows of one
+//! table, [`persistent_variants!`](crate::persistent_variants) in `variant`: the kernels are
+//! exported from it, each reading its row as constants, and the host chooses among its rows.
+//!
 //! The step is a sequence of phases, one file each (`train` calls them in order): `fetch`
 //! (the next batch), `forward`, `logits` (the partial logits and their exchange at the grid
 //! barrier), `softmax` (cross-entropy and the gradient of the logits), `backward` (dH, db1,
@@ -63,13 +68,8 @@
 //! one the warps read. `docs/persistent.md` explains the design and its measured costs.
 
 /// Hidden units per n-tile: one n = 8 `mma` tile. A block's slice of the hidden units has one
-/// n-tile, or (the wide kernels, [`WIDE`]) several.
+/// n-tile, or (the wide and offchip variants) several: [`Variant::n`].
 pub const UNITS: usize = 8;
-/// n-tiles per slice of the wide kernels (Hopper): 16 and 32 hidden units a block.
-pub const WIDE: [usize; 2] = [2, 4];
-/// n-tiles per slice of the offchip kernel (Hopper), which keeps W1's state in global memory
-/// and gives each block the whole batch: 32 hidden units a block.
-pub const OFFCHIP: usize = 4;
 /// Threads per block: 8 warps. Warps `0..TILE_WARPS` own the 16-row tiles of half the batch
 /// (all eight those of the whole batch in the offchip kernel).
 pub const THREADS: usize = 256;
@@ -113,16 +113,6 @@ pub const fn parts(tiles: usize) -> usize {
 pub const fn tiles(parts: usize) -> usize {
     MAX_BATCH / 16 / parts
 }
-/// Whether the one-buffer kernel of `parts` parts in PTX for `sm` keeps W1's fp16 copy in
-/// registers, as the forward's B fragments, rather than in shared memory: the quarters of the
-/// batch on sm_75, whose eight warps all split the forward over the k-steps that are their
-/// own dW1 tiles (so each warp reads only W1 values it updates itself). That leaves a block
-/// one batch buffer and little else, which fits Turing's 64 KiB at MNIST's size. Where the
-/// shared memory holds the copy, it stays there: the register copy's shuffles and registers
-/// cost the sm_80 quarter kernel 7% (`docs/persistent.md`).
-pub const fn w1_in_registers(sm: u32, parts: usize) -> bool {
-    sm < 80 && parts == MAX_PARTS
-}
 /// The parts of the two-buffer and streamed kernels.
 pub const PAIR: usize = 2;
 /// Parts at most: the one-buffer kernels' quarters of the batch.
@@ -144,12 +134,6 @@ const _: () = assert!(
     MAX_CHUNKS == TILES_PER_WARP,
     "a chunk per dW1 tile of a warp"
 );
-
-/// Whether the kernel built for `sm` is launched with each slice's pair of blocks as a cluster
-/// (the Hopper build: `build.rs` compiles sm_90 with PTX 8.1); a slice of four parts is not.
-pub const fn clustered(sm: u32) -> bool {
-    sm >= 90
-}
 
 /// The kernel's parameters, passed by value as one `.param` block: `#[repr(C)]` gives the
 /// host and the device the same layout, so the parameter list is written once. Device
@@ -239,6 +223,8 @@ pub const fn own_shares(n: usize) -> usize {
 
 mod smem;
 pub use smem::*;
+mod variant;
+pub use variant::*;
 
 #[cfg(target_arch = "nvptx64")]
 mod backward;
@@ -280,54 +266,50 @@ mod kernel {
     use super::weights::W1;
     use super::*;
     use crate::arch::{Acc, HOPPER, sync_threads, sync_warp};
+    use crate::target::BUILT;
 
-    /// The training loop of one block: `args.steps` steps, each the phases in order. `STREAM`
-    /// selects the streamed batch ([`Ring`]) over the whole-batch buffers (`fetch`), two of
-    /// them or (`SINGLE`) one; a block holds `T` 16-row tiles of the batch at most, so a slice
-    /// has [`parts`]`(T)` blocks; its slice has `N` n-tiles, of which it updates `O`
-    /// ([`owned`]); `R` keeps W1's fp16 copy in registers ([`w1_in_registers`]); `BULK` adds the
-    /// partial logits by bulk reductions ([`logits::add_partials`]).
+    /// The training loop of one block of variant `F` (a row of [`VARIANTS`]): `args.steps`
+    /// steps, each the phases in order. A block holds `T` 16-row tiles of the batch at most and
+    /// a slice of `N` n-tiles, of which it updates `O`: the row's [`Variant::tiles`], `n` and
+    /// [`Variant::owned`], passed as parameters because they size the register arrays.
     #[inline(always)]
-    unsafe fn train<
-        A: Acc,
-        const STREAM: bool,
-        const SINGLE: bool,
-        const T: usize,
-        const N: usize,
-        const O: usize,
-        const R: bool,
-        const BULK: bool,
-    >(
+    pub(super) unsafe fn train<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
         args: Params,
     ) {
         const {
-            assert!(parts(T) >= PAIR && parts(T) <= MAX_PARTS && tiles(parts(T)) == T);
+            let v = F::V;
+            assert!(T == v.tiles() && N == v.n && O == v.owned());
+            assert!(v.parts >= PAIR && v.parts <= MAX_PARTS && v.exists_in(BUILT));
             assert!(
-                !STREAM || parts(T) == PAIR,
+                !v.ring() || v.parts == PAIR,
                 "the ring loads a half of the batch"
             );
-            assert!(O == owned(N));
-            assert!(R == (SINGLE && w1_in_registers(BUILT_FOR, parts(T))));
             assert!(
-                cfg!(target_feature = "sm_80") || STREAM || (SINGLE && R),
+                v.w1_copy_in_registers()
+                    == (v.single() && v.parts == MAX_PARTS && !BUILT.cp_async()),
+                "W1's copy in registers: the quarters on sm_75"
+            );
+            assert!(
+                BUILT.cp_async() || v.ring() || v.w1_copy_in_registers(),
                 "sm_75 copies through registers: the ring, or one buffer of a quarter"
             );
             assert!(
-                N == 1 || (HOPPER && SINGLE && !STREAM && parts(T) == PAIR),
+                N == 1 || (BUILT.clusters() && v.single() && v.parts == PAIR),
                 "wide slices: one buffer, a pair of blocks in a cluster"
             );
             assert!(
-                !BULK || (HOPPER && !STREAM),
+                !v.bulk() || (BUILT.clusters() && !v.ring()),
                 "bulk reductions: Hopper, whole rows"
             );
         };
-        let block = Block::new::<STREAM, SINGLE, T, N, R>(args);
-        let mut w1 = W1::<O, R>::load(&block);
+        let (ring_fed, double) = (F::V.ring(), matches!(F::V.batch, Batch::Double));
+        let block = Block::new::<F>(args);
+        let mut w1 = W1::<O, F>::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
         exchange::open::<T>(&block);
-        let mut ring = Ring::start::<STREAM>(&block);
-        let mut copies = if STREAM {
+        let mut ring = Ring::start(&block, ring_fed);
+        let mut copies = if ring_fed {
             Copies::idle()
         } else {
             fetch::start(&block)
@@ -335,32 +317,32 @@ mod kernel {
         for k in 0..args.steps {
             let b = block.for_step();
             let s = Step::new(&b, k);
-            if !STREAM {
+            if !ring_fed {
                 fetch::wait(&b, &s, &copies);
             }
             exchange::wait_w1(&b, &s);
-            let h = forward::hidden::<A, STREAM, T, N, O, R>(&b, &s, &mut ring, &w1);
-            logits::add_partials::<A, T, N, BULK>(&b, &s, &h);
-            if !HOPPER && !STREAM && !SINGLE {
+            let h = forward::hidden::<A, F, T, N, O>(&b, &s, &mut ring, &w1);
+            logits::add_partials::<A, T, N>(&b, &s, &h, F::V.bulk());
+            if !HOPPER && double {
                 fetch::load_next(&b, &s, &mut copies);
             }
             logits::exchange(&b, &s);
-            let part = softmax::cross_entropy::<STREAM, SINGLE>(&b, &s);
+            let part = softmax::cross_entropy::<F>(&b, &s);
             backward::hidden_grad(&b, &h);
             let out = Outbox::new::<T>(&b);
             let db1 = backward::bias_share::<T, N>(&b, &out);
             backward::output_grads::<T, N>(&b, &out);
             let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
-            let dw1 = backward::dw1_shares::<A, STREAM, T, N, O>(&b, &s, &mut ring, send);
+            let dw1 = backward::dw1_shares::<A, F, T, N, O>(&b, &s, &mut ring, send);
             softmax::loss_sums(&b, part);
             let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
-                if !STREAM {
+                if !ring_fed {
                     fetch::after_dw1(&b, &s, &mut copies);
                 }
             });
             softmax::record_loss(&b, &s);
             update::sgd_step(&b, &s, &mut w1, &sums, &out);
-            if forward::reads_own_w1_rows::<A, STREAM>(T) {
+            if const { forward::reads_own_w1_rows::<A>(F::V.ring(), T) } {
                 sync_warp();
             } else {
                 sync_threads();
@@ -377,74 +359,60 @@ mod kernel {
         }
     }
 
-    /// The architecture this PTX is built for, as far as the kernels tell them apart: sm_80
-    /// (`cp.async`) and later, or sm_75.
-    const BUILT_FOR: u32 = if cfg!(target_feature = "sm_80") {
-        80
-    } else {
-        75
-    };
-
-    /// Exports `train` for one kernel as `{name}_f16` and `{name}_f32`, one per accumulator, or
-    /// as `name` with one accumulator (fp16 only for the wide kernels, `n` n-tiles a slice:
-    /// fp32 accumulators for several n-tiles take more registers than a thread has), adding the
-    /// partial logits by a `red` per value unless `bulk`.
+    /// Exports every row of [`persistent_variants!`](crate::persistent_variants) that this PTX
+    /// has (its `from`/`only` column as a `cfg`), one kernel per accumulator of the row, named
+    /// `mlp1_persistent_{name}_{f16|f32}`: [`train`], or for W1's state in global memory the
+    /// offchip kernel's loop.
     macro_rules! export {
-        ($name:literal, $stream:literal, $single:literal, $parts:literal) => {
-            export!(
-                concat!($name, "_f16"),
-                [u32; 2],
-                $stream,
-                $single,
-                $parts,
-                1,
-                false
-            );
-            export!(
-                concat!($name, "_f32"),
-                [f32; 4],
-                $stream,
-                $single,
-                $parts,
-                1,
-                false
-            );
+        ($(($name:ident, $batch:ident, $parts:tt, $n:tt, $w1:ident, $logits:ident,
+            [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt),)*) => {$(
+            export!(@archs ($which $sm) $name, $w1, $($acc)*);
+        )*};
+        (@archs (from 75) $($row:tt)*) => { export!(@row $($row)*); };
+        (@archs (from 80) $($row:tt)*) => {
+            #[cfg(target_feature = "sm_80")]
+            export!(@row $($row)*);
         };
-        (
-            $name:expr,
-            $acc:ty,
-            $stream:literal,
-            $single:literal,
-            $parts:literal,
-            $n:literal,
-            $bulk:literal
-        ) => {
+        (@archs (from 90) $($row:tt)*) => {
+            #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
+            export!(@row $($row)*);
+        };
+        (@archs (only 75) $($row:tt)*) => {
+            #[cfg(not(target_feature = "sm_80"))]
+            export!(@row $($row)*);
+        };
+        (@row $name:ident, $w1:ident, $($acc:ident)*) => {
             const _: () = {
-                #[unsafe(export_name = $name)]
-                unsafe extern "ptx-kernel" fn kernel(args: Params) {
-                    const T: usize = tiles($parts);
-                    const R: bool = $single && w1_in_registers(BUILT_FOR, $parts);
-                    unsafe { train::<$acc, $stream, $single, T, $n, { owned($n) }, R, $bulk>(args) }
+                struct Kernel;
+                impl Row for Kernel {
+                    const V: Variant = *variant(stringify!($name));
                 }
+                $(export!(@kernel $name, $w1, $acc);)*
             };
         };
+        (@kernel $name:ident, Global, $acc:ident) => {
+            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            unsafe extern "ptx-kernel" fn $acc(args: Params) {
+                unsafe { super::offchip::train::<Kernel, { Kernel::V.n }>(args) }
+            }
+        };
+        (@kernel $name:ident, $w1:ident, $acc:ident) => {
+            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            unsafe extern "ptx-kernel" fn $acc(args: Params) {
+                unsafe {
+                    train::<accumulator!($acc), Kernel, { Kernel::V.tiles() }, { Kernel::V.n }, { Kernel::V.owned() }>(args)
+                }
+            }
+        };
     }
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent", false, false, 2);
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single", false, true, 2);
-    export!("mlp1_persistent_single4_f16", [u32; 2], false, true, 4, 1, false);
-    // On sm_75, with W1 in registers, fp32 accumulators need more registers than a thread has:
-    // fp32 runs stream there.
-    #[cfg(target_feature = "sm_80")]
-    export!("mlp1_persistent_single4_f32", [f32; 4], false, true, 4, 1, false);
-    export!("mlp1_persistent_streamed", true, false, 2);
-    // The two-buffer kernel for many slices of 8 units: from 24 slices, the `red`s of the
-    // partial logits contend in L2 more than the bulk reductions' round trip costs.
-    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
-    export!("mlp1_persistent_bulk_f16", [u32; 2], false, false, 2, 1, true);
-    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
-    export!("mlp1_persistent_wide2_f16", [u32; 2], false, true, 2, 2, true);
-    #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
-    export!("mlp1_persistent_wide4_f16", [u32; 2], false, true, 2, 4, true);
+    /// The accumulator type of a row's `f16`/`f32` column.
+    macro_rules! accumulator {
+        (f16) => {
+            [u32; 2]
+        };
+        (f32) => {
+            [f32; 4]
+        };
+    }
+    crate::persistent_variants!(export);
 }

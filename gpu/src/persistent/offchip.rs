@@ -5,7 +5,7 @@
 //! the next, at that size), and each block reads and writes its slice's once a step, as it
 //! applies each dW1 tile.
 //!
-//! Block `s` owns slice `s` of [`OFFCHIP`] n-tiles (32 units: 128 blocks at 4,096 units) for
+//! Block `s` owns slice `s` of the row's n-tiles (32 units: 128 blocks at 4,096 units) for
 //! the whole batch, so no block exchanges gradients with another: the logit sums at the grid
 //! barrier are the step's only meeting. The block keeps the slice's fp16 copy of W1 in shared
 //! memory (the forward reads it; the update rewrites it) and streams the batch through the
@@ -28,21 +28,24 @@ const T: usize = MAX_BATCH / 16;
 /// The forward's accumulators: fp16, as the wide kernels'.
 type Acc16 = [u32; 2];
 
-/// The training loop of one block: `args.steps` steps with slices of `N` n-tiles.
+/// The training loop of one block of variant `F` (W1's state in global memory): `args.steps`
+/// steps with slices of `N` n-tiles, the row's `n`.
 #[inline(always)]
-unsafe fn train<const N: usize>(args: Params) {
-    // `Block::new` lays shared memory out for `Smem::offchip`'s slices.
-    const { assert!(N == OFFCHIP) };
-    let block = Block::new::<true, false, T, N, false>(args);
+pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
+    const {
+        let v = F::V;
+        assert!(v.offchip() && v.ring() && v.parts == 1 && v.n == N && v.tiles() == T);
+    };
+    let block = Block::new::<F>(args);
     load_w1(&block);
     weights::load_small(&block);
     block.clear_unfilled_rows();
-    let mut ring = Ring::start::<true>(&block);
+    let mut ring = Ring::start(&block, true);
     for k in 0..args.steps {
         let b = block.for_step();
         let s = Step::new(&b, k);
         let h = hidden::<N>(&b, &mut ring);
-        logits::add_partials::<Acc16, T, N, false>(&b, &s, &h);
+        logits::add_partials::<Acc16, T, N>(&b, &s, &h, F::V.bulk());
         logits::exchange(&b, &s);
         let part = softmax::cross_entropy_whole_batch(&b, &s);
         softmax::loss_sums(&b, part);
@@ -267,9 +270,4 @@ fn small_step<const N: usize>(b: &Block) {
     let t = b.tid;
     let b1 = (t < b.units()).then(|| (t, unsafe { *db1(b).add(t) }));
     small_sgd::<N>(b, b1, |n| unsafe { *b.own().add(128 * n + w2_word(b)) });
-}
-
-#[unsafe(export_name = "mlp1_persistent_offchip_f16")]
-unsafe extern "ptx-kernel" fn offchip(args: Params) {
-    unsafe { train::<OFFCHIP>(args) }
 }

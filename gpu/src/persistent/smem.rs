@@ -82,7 +82,7 @@ pub struct Smem {
     /// per input, so the forward's B fragments are `ldmatrix.trans` loads and an update stores
     /// a unit pair in one word. Within a Hopper cluster the partner's dW1 share of the planes
     /// this block updates (16·dim bytes each) arrives in them, and the partner's new values of
-    /// the others. None where the block keeps them in registers ([`w1_in_registers`]).
+    /// the others. None where the block keeps them in registers ([`W1State::RegistersWithCopy`]).
     pub w1: usize,
     /// Planes of W1 (`n`, or none), and the bytes of one.
     pub w1_planes: usize,
@@ -124,7 +124,8 @@ pub const CHUNK_STRIDE: usize = 2 * CHUNK + 16;
 impl Smem {
     /// The layout with `buffers` buffers of whole rows of one of `parts` parts of the batch:
     /// two (the next batch arrives in one while the step reads the other), or one (refilled
-    /// after dW1); slices of one n-tile, W1's fp16 copy in registers if `w1_in_registers`.
+    /// after dW1); slices of one n-tile, W1's fp16 copy in registers if `w1_in_registers`
+    /// ([`W1State::RegistersWithCopy`]).
     pub const fn whole(
         batch: usize,
         dim: usize,
@@ -165,10 +166,9 @@ impl Smem {
         )
     }
 
-    /// The offchip kernel's layout: slices of [`OFFCHIP`] n-tiles, the whole batch streamed
-    /// through a ring of `stages` chunk buffers, no partial sums.
-    pub const fn offchip(batch: usize, dim: usize, stages: usize) -> Smem {
-        let n = OFFCHIP;
+    /// The offchip kernel's layout: slices of `n` n-tiles, the whole batch streamed through a
+    /// ring of `stages` chunk buffers, no partial sums.
+    pub const fn offchip(batch: usize, dim: usize, n: usize, stages: usize) -> Smem {
         Smem::with_buffers(batch, dim, (stages, CHUNK_STRIDE), true, (n, n, 0))
     }
 
@@ -245,16 +245,8 @@ mod tests {
             (127, 896),
             (64, 32),
         ] {
-            for (m, parts) in [
-                (Smem::whole(batch, dim, 2, PAIR, false), PAIR),
-                (Smem::whole(batch, dim, 1, PAIR, false), PAIR),
-                (Smem::whole(batch, dim, 1, 4, false), 4),
-                (Smem::whole(batch, dim, 1, 4, true), 4),
-                (Smem::streamed(batch, dim, MAX_STAGES), PAIR),
-                (Smem::wide(batch, dim, 2), PAIR),
-                (Smem::wide(batch, dim, 4), PAIR),
-                (Smem::offchip(batch, dim, MAX_STAGES), 1),
-            ] {
+            for v in VARIANTS {
+                let (m, parts) = (v.smem(batch, dim, MAX_STAGES), v.parts);
                 // W1's region is empty where it lives in registers, the partial sums' where
                 // the warps split the forward by tile.
                 let w1 = (m.w1_planes > 0).then_some(m.w1);
@@ -318,14 +310,16 @@ mod tests {
         assert!(whole(1, 4, false).bytes > 64 * 1024);
     }
 
-    /// The default MNIST model fits an H100's 227 KB per block, and so do slices of 16 and 32
-    /// units with one buffer of half the batch (two buffers do not).
+    /// The default MNIST model fits an H100's 227 KB per block, and so do the wide variants'
+    /// slices of 16 and 32 units with one buffer of half the batch (two buffers do not).
     #[test]
     fn mnist_fits_an_h100() {
-        let m = Smem::whole(128, 784, 2, PAIR, false);
+        let m = variant("whole").smem(128, 784, 0);
         assert_eq!(m.rows, 64);
         assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
-        for n in WIDE {
+        let wide = VARIANTS.iter().filter(|v| v.n > 1 && !v.ring());
+        assert_eq!(wide.clone().count(), 2);
+        for n in wide.map(|v| v.n) {
             let wide = Smem::wide(128, 784, n);
             assert!(wide.bytes <= 232_448, "{n} n-tiles: {} bytes", wide.bytes);
             let two = wide.bytes + wide.rows * wide.stride;
@@ -338,7 +332,7 @@ mod tests {
     /// fit.
     #[test]
     fn mnist_offchip_layout_fits_an_h100() {
-        let m = |stages| Smem::offchip(128, 784, stages);
+        let m = |stages| variant("offchip").smem(128, 784, stages);
         assert_eq!(m(4).rows, 128);
         assert_eq!(m(4).bytes, 221_984);
         assert!(

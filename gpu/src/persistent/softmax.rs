@@ -1,10 +1,11 @@
 //! Softmax cross-entropy of the block's rows, from the logit sums the grid barrier completed:
 //! each row's loss and whether its arg-max is the label, and the gradient of the logits,
 //! scaled by 1/batch, into shared memory in fp16 for the backward.
-use super::context::{Block, Step, whole_block_meets};
+use super::context::{Block, Step};
 use super::logits::FIX;
 use super::*;
 use crate::arch::*;
+use crate::target::BUILT;
 
 /// Classes per thread of a row, when the whole block meets the grid barrier (on Hopper, and in
 /// the one-buffer and streamed kernels) and when the tile warps alone do (the two-buffer
@@ -22,14 +23,15 @@ const ROWS: usize = MAX_TILES * 16;
 const PER_OF_WHOLE_BATCH: usize = MAX_CLASSES * MAX_BATCH / THREADS;
 
 /// The softmax of the block's rows, behind a block barrier; returns the thread's part of the
-/// loss and the correct count ([`loss_sums`]). `STREAM` and `SINGLE` are the kernel's.
+/// loss and the correct count ([`loss_sums`]), for variant `F`.
 #[inline(always)]
-pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step) -> (f32, f32) {
+pub fn cross_entropy<F: Row>(b: &Block, s: &Step) -> (f32, f32) {
     let mut part = (0.0f32, 0.0f32);
-    if whole_block_meets(STREAM, SINGLE) {
-        part = row::<STREAM, PER_OF_BLOCK>(b, s);
+    let ring = F::V.ring();
+    if F::V.whole_block_meets(BUILT) {
+        part = row::<PER_OF_BLOCK>(b, s, ring);
     } else if !b.skips_barrier() {
-        part = row::<STREAM, PER_OF_TILE_WARPS>(b, s);
+        part = row::<PER_OF_TILE_WARPS>(b, s, ring);
     }
     sync_threads();
     part
@@ -40,7 +42,7 @@ pub fn cross_entropy<const STREAM: bool, const SINGLE: bool>(b: &Block, s: &Step
 #[cfg(all(target_feature = "sm_90", target_feature = "ptx81"))]
 #[inline(always)]
 pub fn cross_entropy_whole_batch(b: &Block, s: &Step) -> (f32, f32) {
-    let part = row::<true, PER_OF_WHOLE_BATCH>(b, s);
+    let part = row::<PER_OF_WHOLE_BATCH>(b, s, true);
     sync_threads();
     part
 }
@@ -69,7 +71,7 @@ pub fn loss_sums(b: &Block, (l_sum, c_sum): (f32, f32)) {
 /// batch's row 0 and store zeros. (Not on this block's row 0: a block with no rows has it
 /// past the batch.)
 #[inline(always)]
-fn row<const STREAM: bool, const PER: usize>(b: &Block, s: &Step) -> (f32, f32) {
+fn row<const PER: usize>(b: &Block, s: &Step, ring: bool) -> (f32, f32) {
     let split = MAX_CLASSES / PER;
     let (cn, sums) = (b.classes, s.sums);
     let (r, side) = (b.tid / split, b.tid % split);
@@ -86,7 +88,7 @@ fn row<const STREAM: bool, const PER: usize>(b: &Block, s: &Step) -> (f32, f32) 
         }
     }
     let poisoned = ld_global_cg_i64(unsafe { sums.add(b.slot - 2) }) != 0;
-    let label = if valid { label::<STREAM>(b, s, r) } else { 0 };
+    let label = if valid { label(b, s, r, ring) } else { 0 };
     let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
     let mut z = [f32::NEG_INFINITY; PER];
     for c in 0..PER {
@@ -156,11 +158,11 @@ fn row<const STREAM: bool, const PER: usize>(b: &Block, s: &Step) -> (f32, f32) 
 }
 
 /// The label of the block's row `r`, from the row's last 16 bytes: in the batch buffer, or
-/// (`STREAM`: the ring holds no row whole) in the shuffled set, read-only for the launch.
+/// (`ring`: the ring holds no row whole) in the shuffled set, read-only for the launch.
 #[inline(always)]
-fn label<const STREAM: bool>(b: &Block, s: &Step, r: usize) -> usize {
+fn label(b: &Block, s: &Step, r: usize, ring: bool) -> usize {
     let at = label_offset(b.args.dim as usize);
-    if STREAM {
+    if ring {
         let row = (s.index * b.args.batch) as usize + b.r0 + r;
         let batches = b.args.batches as *const u8;
         unsafe { *(batches.add(row * b.lay.stride + at) as *const u32) as usize }

@@ -55,9 +55,9 @@ pub fn chunks(b: &Block) -> usize {
 
 impl Ring {
     /// The ring at the launch's first chunk, the chunks ahead of it already loading. In the
-    /// whole-batch kernel (`STREAM` false) an idle ring that no phase calls.
+    /// whole-batch kernels (`fed` false) an idle ring that no phase calls.
     #[inline(always)]
-    pub fn start<const STREAM: bool>(b: &Block) -> Ring {
+    pub fn start(b: &Block, fed: bool) -> Ring {
         let mut ring = Ring {
             step: 0,
             place: 0,
@@ -67,7 +67,7 @@ impl Ring {
             #[cfg(not(target_feature = "sm_80"))]
             staged: [[0; 4]; STAGED],
         };
-        if STREAM {
+        if fed {
             for _ in 0..ring.ahead(b) {
                 ring.load_next(b);
             }

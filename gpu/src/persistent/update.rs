@@ -42,10 +42,10 @@ pub fn w2_element(b: &Block) -> Option<(usize, usize)> {
 /// gradients; with slices of several n-tiles each new fp16 word of W1 also goes to the partner
 /// (`out`), whose forward of the next step reads it.
 #[inline(always)]
-pub fn sgd_step<const N: usize, const O: usize, const R: bool>(
+pub fn sgd_step<F: Row, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
-    w1: &mut W1<O, R>,
+    w1: &mut W1<O, F>,
     sums: &Sums<N, O>,
     out: &Outbox,
 ) {

@@ -1,20 +1,23 @@
 //! The slice's parameters into the launch and out of it. W1's fp32 master values and momentum
 //! stay in registers for the whole launch (each thread keeps the elements of the dW1ᵀ
 //! fragments it computes), their fp16 copy in shared memory or (the quarters of the batch on
-//! sm_75, [`w1_in_registers`]) in registers as the forward's B fragments; W2, b1 and b2 in
-//! shared memory.
+//! sm_75, [`W1State::RegistersWithCopy`]) in registers as the forward's B fragments; W2, b1
+//! and b2 in shared memory.
 use super::context::Block;
 use super::*;
 use crate::arch::*;
 use crate::layout::mma_c;
+use core::marker::PhantomData;
 
 /// The thread's elements of W1 of the `O` n-tiles the block updates (from [`Block::own0`]):
-/// element `e` of the accumulator fragment of dW1ᵀ tile `warp + WARPS·i`. With `R` the fp16
-/// copy is in registers too, as the B fragments of the forward's k-step `warp + WARPS·i`.
-pub struct W1<const O: usize, const R: bool> {
+/// element `e` of the accumulator fragment of dW1ᵀ tile `warp + WARPS·i`, for variant `F`.
+/// Where it keeps the fp16 copy in registers, so is the copy, as the B fragments of the
+/// forward's k-step `warp + WARPS·i`.
+pub struct W1<const O: usize, F: Row> {
     pub master: [[[f32; 4]; O]; TILES_PER_WARP],
     pub momentum: [[[f32; 4]; O]; TILES_PER_WARP],
     pub half: [[[u32; 2]; O]; TILES_PER_WARP],
+    variant: PhantomData<F>,
 }
 
 /// Element (input `16·mt + r`, unit `c` of n-tile `p`) of the slice's W1: its index in the
@@ -30,17 +33,21 @@ pub fn w1_shared(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> u32 {
     b.w1(p) + (((16 * mt + r) * UNITS + c) * 2) as u32
 }
 
-impl<const O: usize, const R: bool> W1<O, R> {
+impl<const O: usize, F: Row> W1<O, F> {
+    /// Whether the fp16 copy is in registers.
+    const R: bool = F::V.w1_copy_in_registers();
+
     /// The master values and momentum of the block's n-tiles into registers, and the fp16
-    /// copy of every n-tile of the slice into shared memory (with `R`, into registers).
+    /// copy of every n-tile of the slice into shared memory (or registers).
     #[inline(always)]
-    pub fn load(b: &Block) -> W1<O, R> {
-        const { assert!(!R || O == 1, "W1 in registers: slices of one n-tile") };
+    pub fn load(b: &Block) -> W1<O, F> {
+        const { assert!(!Self::R || O == 1, "W1 in registers: slices of one n-tile") };
         let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
         let mut w1 = W1 {
             master: [[[0.0; 4]; O]; TILES_PER_WARP],
             momentum: [[[0.0; 4]; O]; TILES_PER_WARP],
             half: [[[0; 2]; O]; TILES_PER_WARP],
+            variant: PhantomData,
         };
         for i in 0..TILES_PER_WARP {
             let mt = b.warp + WARPS * i;
@@ -54,14 +61,14 @@ impl<const O: usize, const R: bool> W1<O, R> {
                             w1.momentum[i][g][e] = *vel.add(k);
                         }
                     }
-                    if !R {
+                    if !Self::R {
                         for p in 0..b.lay.n {
                             let m = unsafe { *w32.add(w1_index(b, p, mt, r, c)) };
                             st_shared_u16(w1_shared(b, p, mt, r, c), f2h(m));
                         }
                     }
                 }
-                if R {
+                if Self::R {
                     for p in 0..2 {
                         let m = w1.master[i][0];
                         w1.set_half(b, i, 0, p, pack_h2(m[2 * p], m[2 * p + 1]));
@@ -74,11 +81,11 @@ impl<const O: usize, const R: bool> W1<O, R> {
 
     /// Word `p` of the thread's fp16 values of tile `warp + WARPS·i` of n-tile `own0 + g`
     /// (elements `2p`, `2p + 1` of its accumulator fragment: one input, two adjacent units):
-    /// into the B fragments (with `R`; every lane of the warp takes part), else into shared
+    /// into the B fragments (where they are in registers; every lane of the warp takes part), else into shared
     /// memory, whose address is returned.
     #[inline(always)]
     pub fn set_half(&mut self, b: &Block, i: usize, g: usize, p: usize, word: u32) -> u32 {
-        if R {
+        if Self::R {
             // Inputs 8p..8p + 8 of the tile: B register p of its k = 16 step.
             self.half[i][g][p] = transpose_b16(b.lane, word);
             0

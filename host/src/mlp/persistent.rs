@@ -11,9 +11,10 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    CHUNK, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_STAGES, MIN_STAGES, OFFCHIP,
-    PAIR, Smem, THREADS, UNITS, WIDE, clustered, logits_slot, row_stride, w1_in_registers,
+    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS,
+    Variant, logits_slot, row_stride, variant,
 };
+use gpu::target::Target;
 use std::sync::Arc;
 
 pub struct Persistent {
@@ -67,168 +68,114 @@ pub enum Support {
     No(String),
 }
 
-/// How the batch reaches a block's shared memory.
+/// A variant of the persistent kernel ([`VARIANTS`]) with the ring stages it runs with (0
+/// where it has no ring): how the batch reaches a block's shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Feed {
-    /// Two buffers of the block's whole rows, the next batch arriving in one while the step
-    /// reads the other (sm_80 PTX and newer; at MNIST's batch of 128 only Hopper has the room).
-    Whole,
-    /// One buffer of the block's whole rows, refilled with the next batch once dW1 has read it,
-    /// the batch split over `parts` blocks a slice: 2 (sm_80 PTX and newer; at MNIST's batch of
-    /// 128 an A100 has the room) or 4 (sm_75 PTX too), whose quarters fit 64 KiB but take
-    /// twice the blocks, all resident at once.
-    Single { parts: usize },
-    /// A ring of `stages` buffers of one chunk of every row, through which the rows pass twice a
-    /// step (`gpu::persistent::stream`).
-    Streamed { stages: usize },
-    /// One buffer of half the batch, as `Single { parts: 2 }`, and wider slices of the hidden
-    /// units: `n` n-tiles of 8 a block (Hopper), so that a hidden layer too wide for slices of 8
-    /// still has all its blocks resident.
-    Wide { n: usize },
-    /// Slices of [`OFFCHIP`] n-tiles (32 units) a block for the whole batch, streamed through
-    /// a ring of `stages` chunk buffers, W1's master values and momentum in global memory
-    /// (Hopper): hidden layers whose W1 state the chip cannot hold
-    /// (`gpu::persistent::offchip`).
-    Offchip { stages: usize },
+pub struct Feed {
+    pub variant: &'static Variant,
+    pub stages: usize,
 }
 
 impl Feed {
-    /// The shared-memory layout of a block for a batch of `batch` × `dim`, with PTX of
-    /// architecture `sm`.
-    pub fn smem(self, sm: u32, batch: usize, dim: usize) -> Smem {
-        match self {
-            Feed::Whole => Smem::whole(batch, dim, 2, PAIR, false),
-            Feed::Single { parts } => Smem::whole(batch, dim, 1, parts, w1_in_registers(sm, parts)),
-            Feed::Streamed { stages } => Smem::streamed(batch, dim, stages),
-            Feed::Wide { n } => Smem::wide(batch, dim, n),
-            Feed::Offchip { stages } => Smem::offchip(batch, dim, stages),
+    /// The variant named `name`, without a ring.
+    pub const fn of(name: &str) -> Feed {
+        Feed {
+            variant: variant(name),
+            stages: 0,
         }
+    }
+
+    /// The variant named `name` with a ring of `stages` stages.
+    pub const fn ring(name: &str, stages: usize) -> Feed {
+        Feed {
+            variant: variant(name),
+            stages,
+        }
+    }
+
+    /// The shared-memory layout of a block for a batch of `batch` × `dim`.
+    pub fn smem(self, batch: usize, dim: usize) -> Smem {
+        self.variant.smem(batch, dim, self.stages)
     }
 
     /// Hidden units a block.
     pub fn units(self) -> usize {
-        match self {
-            Feed::Wide { n } => n * UNITS,
-            Feed::Offchip { .. } => OFFCHIP * UNITS,
-            _ => UNITS,
-        }
+        self.variant.units()
     }
 
     /// Blocks per slice of hidden units, each with its part of the batch.
     pub fn parts(self) -> usize {
-        match self {
-            Feed::Single { parts } => parts,
-            Feed::Offchip { .. } => 1,
-            _ => PAIR,
-        }
+        self.variant.parts
     }
 
-    /// Whether a slice's blocks are a cluster with PTX of architecture `sm` (the Hopper build,
-    /// whose pairs exchange through shared memory).
-    fn clustered(self, sm: u32) -> bool {
-        clustered(sm) && self.parts() == PAIR
+    /// The kernel with accumulator `acc`, if the variant has one.
+    pub fn kernel(self, acc: Accum) -> Option<String> {
+        self.variant.kernel(acc)
     }
 
-    /// The kernel's `stages` parameter.
-    fn stages(self) -> u32 {
-        match self {
-            Feed::Streamed { stages } | Feed::Offchip { stages } => stages as u32,
-            _ => 0,
-        }
-    }
-
-    /// The feed's kernel, if the gpu crate has one (one buffer in 2 or 4 parts; wide slices of
-    /// 2 or 4 n-tiles and offchip ones with fp16 accumulators).
-    pub fn kernel(self, acc: Accum) -> Option<&'static str> {
-        use kernels::*;
-        Some(match (self, acc) {
-            (Feed::Whole, Accum::F16) => PERSISTENT_F16,
-            (Feed::Whole, Accum::F32) => PERSISTENT_F32,
-            (Feed::Single { parts: 2 }, Accum::F16) => PERSISTENT_SINGLE_F16,
-            (Feed::Single { parts: 2 }, Accum::F32) => PERSISTENT_SINGLE_F32,
-            (Feed::Single { parts: 4 }, Accum::F16) => PERSISTENT_SINGLE4_F16,
-            (Feed::Single { parts: 4 }, Accum::F32) => PERSISTENT_SINGLE4_F32,
-            (Feed::Single { .. }, _) => return None,
-            (Feed::Streamed { .. }, Accum::F16) => PERSISTENT_STREAMED_F16,
-            (Feed::Streamed { .. }, Accum::F32) => PERSISTENT_STREAMED_F32,
-            (Feed::Wide { n: 2 }, Accum::F16) => PERSISTENT_WIDE2_F16,
-            (Feed::Wide { n: 4 }, Accum::F16) => PERSISTENT_WIDE4_F16,
-            (Feed::Wide { .. }, _) => return None,
-            (Feed::Offchip { .. }, Accum::F16) => PERSISTENT_OFFCHIP_F16,
-            (Feed::Offchip { .. }, Accum::F32) => return None,
-        })
-    }
-
-    /// The kernel that runs this feed for `slices` slices with PTX of architecture `sm`:
-    /// [`Feed::kernel`]'s, except that from [`BULK_SLICES`] slices the two-buffer kernel adds
-    /// the partial logits by bulk reductions where the PTX has that variant.
-    fn launched_kernel(self, acc: Accum, sm: u32, slices: usize) -> Option<&'static str> {
-        use kernels::{PERSISTENT_BULK_F16 as BULK, PERSISTENT_F16};
-        match self.kernel(acc) {
-            Some(PERSISTENT_F16) if slices >= BULK_SLICES && kernels::in_ptx_of(BULK, sm) => {
-                Some(BULK)
-            }
-            k => k,
-        }
-    }
-
-    /// Whether PTX of architecture `sm` runs this feed with fp16 accumulators for a batch of
-    /// `batch` × `dim` in `room` bytes of shared memory a block: its kernel is there, its
-    /// layout fits, and a ring has `MIN_STAGES..=MAX_STAGES` stages, two on sm_75 (whose ring
-    /// loads through registers, which hold one chunk ahead).
-    pub fn runs_with(self, sm: u32, room: usize, batch: usize, dim: usize) -> bool {
-        let stages_ok = match self {
-            Feed::Streamed { stages } if sm < 80 => stages == MIN_STAGES,
-            Feed::Streamed { stages } | Feed::Offchip { stages } => {
-                (MIN_STAGES..=MAX_STAGES).contains(&stages)
-            }
-            _ => true,
-        };
-        stages_ok
-            && self
-                .kernel(Accum::F16)
-                .is_some_and(|k| kernels::in_ptx_of(k, sm))
-            && self.smem(sm, batch, dim).bytes <= room
+    /// Whether PTX built for `target` runs this feed with fp16 accumulators for a batch of
+    /// `batch` × `dim` in `room` bytes of shared memory a block: it exports the variant, the
+    /// variant takes the stages, and the layout fits.
+    pub fn runs_with(self, target: Target, room: usize, batch: usize, dim: usize) -> bool {
+        let v = self.variant;
+        v.exists_in(target)
+            && v.has(Accum::F16)
+            && v.takes_stages(self.stages)
+            && self.smem(batch, dim).bytes <= room
     }
 
     /// How the first line of a run names the feed, after the block count.
     pub fn describe(self) -> String {
-        match self {
-            Feed::Whole => String::new(),
-            Feed::Single { parts: PAIR } => ", one batch buffer refilled after dW1".into(),
-            Feed::Single { parts } => {
-                format!(", one batch buffer refilled after dW1, the batch in {parts} parts")
-            }
-            Feed::Streamed { stages } => {
-                format!(", the batch streamed in {CHUNK}-input chunks through {stages} stages")
-            }
-            Feed::Wide { n } => format!(
-                ", {} hidden units a block, one batch buffer refilled after dW1",
-                n * UNITS
-            ),
-            Feed::Offchip { stages } => format!(
-                ", {} hidden units a block, the whole batch streamed in {CHUNK}-input chunks \
-                 through {stages} stages, W1's state in global memory",
-                OFFCHIP * UNITS
-            ),
-        }
+        self.variant.describe(self.stages)
     }
 }
 
-/// The feeds the host tries, fastest first: two whole-batch buffers, one of half the batch,
-/// of a quarter, slices of 16 and of 32 hidden units (which take fewer blocks), the offchip
-/// slices of 32 units with the most stages, then the ring with the most stages.
+/// The feeds the host tries: the rows of [`VARIANTS`] in order, each ring with the most stages
+/// first.
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
-    let singles = [2, 4].map(|parts| Feed::Single { parts });
-    let wide = WIDE.map(|n| Feed::Wide { n });
-    let stage_counts = || (MIN_STAGES..=MAX_STAGES).rev();
-    let offchip = stage_counts().map(|stages| Feed::Offchip { stages });
-    [Feed::Whole]
-        .into_iter()
-        .chain(singles)
-        .chain(wide)
-        .chain(offchip)
-        .chain(stage_counts().map(|stages| Feed::Streamed { stages }))
+    VARIANTS.iter().flat_map(|variant| {
+        let (fewest, most) = if variant.ring() {
+            variant.stages
+        } else {
+            (0, 0)
+        };
+        (fewest..=most)
+            .rev()
+            .map(move |stages| Feed { variant, stages })
+    })
+}
+
+/// One line per row of [`VARIANTS`], for `host info`: whether this GPU, with the PTX it loaded
+/// and its shared memory a block, runs the variant for MNIST's batch of 128 × 784 (a ring with
+/// the most stages that fit), or why not. Whether all its blocks are resident depends on the
+/// hidden width; a run's first line says which variant it takes.
+pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
+    let (target, room, (batch, dim)) = (gpu.ptx.target(), gpu.max_smem_optin(), (128, 784));
+    let line = |v: &'static Variant| {
+        let feeds = || feeds_by_preference().filter(move |f| f.variant == v);
+        let fits = feeds().find(|f| f.smem(batch, dim).bytes <= room);
+        let verdict = match fits {
+            _ if !v.exists_in(target) => format!("not in {target} PTX ({})", v.archs),
+            Some(f) if v.ring() => {
+                let bytes = f.smem(batch, dim).bytes;
+                format!("runs: {bytes} B a block, {} stages", f.stages)
+            }
+            Some(f) if v.min_slices > 1 => format!(
+                "runs: {} B a block, from {} slices of {} units",
+                f.smem(batch, dim).bytes,
+                v.min_slices,
+                v.units()
+            ),
+            Some(f) => format!("runs: {} B a block", f.smem(batch, dim).bytes),
+            None => {
+                let least = feeds().map(|f| f.smem(batch, dim).bytes).min().unwrap_or(0);
+                format!("needs {least} B a block; {}", gpu.describe_smem_limit())
+            }
+        };
+        let accums: Vec<_> = v.accums.iter().map(|a| a.suffix()).collect();
+        format!("  {:<14} {:<8} {verdict}", v.name, accums.join(" "))
+    };
+    VARIANTS.iter().map(line).collect()
 }
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
@@ -286,15 +233,16 @@ fn choose_feed(
     (batch, dim, hidden, acc): (usize, usize, usize, Accum),
     units: Option<usize>,
 ) -> Result<Support> {
-    let (sm, room) = (gpu.ptx.sm, gpu.max_smem_optin());
+    let (target, room) = (gpu.ptx.target(), gpu.max_smem_optin());
     let resident = |feed: Feed| {
-        let bytes = feed.smem(sm, batch, dim).bytes;
-        let f = function(gpu, acc, feed, bytes, hidden / feed.units())?;
-        resident_blocks(gpu, &f, bytes, feed.clustered(sm).then_some(PAIR))
+        let bytes = feed.smem(batch, dim).bytes;
+        let f = function(gpu, acc, feed, bytes)?;
+        let cluster = feed.variant.clustered(target).then_some(PAIR);
+        resident_blocks(gpu, &f, bytes, cluster)
     };
     let limit = gpu.describe_smem_limit();
     if let Some(u) = units {
-        let has = |f: &Feed| f.kernel(acc).is_some_and(|k| kernels::in_ptx_of(k, sm));
+        let has = |f: &Feed| f.variant.exists_in(target) && f.variant.has(acc);
         if !feeds_by_preference().any(|f| f.units() == u && has(&f)) {
             let acc = acc.suffix();
             let ptx = gpu.describe_ptx();
@@ -310,43 +258,39 @@ fn choose_feed(
     let feeds = feeds_by_preference().filter(|f| units.is_none_or(|u| f.units() == u));
     pick_feed(
         feeds,
-        (sm, room, &limit),
+        (target, room, &limit),
         (batch, dim, hidden, acc),
         resident,
     )
 }
 
-/// Slices from which the two-buffer kernel adds the partial logits by bulk reductions: the
-/// reductions cost one round trip whatever the slice count, while the `red`s per value contend
-/// in L2 more the more slices add into each sum, and cost more than that round trip from 24
-/// slices on (measured on an H200: the table in `docs/persistent.md`, under wide hidden layers).
-const BULK_SLICES: usize = 24;
-
-/// The first of `feeds` (in [`feeds_by_preference`]'s order) that PTX `sm` runs in `room` bytes
-/// of shared memory a block ([`Feed::runs_with`]) with accumulator `acc`, whose slices divide
-/// the hidden width, with every block resident at once (`resident(feed)` says how many can be),
+/// The first of `feeds` (in [`feeds_by_preference`]'s order) that PTX built for `target` runs
+/// in `room` bytes of shared memory a block ([`Feed::runs_with`]) with accumulator `acc`, whose
+/// slices divide the hidden width and are at least its variant's fewest, with every block
+/// resident at once (`resident(feed)` says how many can be),
 /// or why none does: the blocks of the feed that takes the fewest, or what the
 /// smallest layout needs beside `limit`, the GPU's words for its room.
 fn pick_feed(
     feeds: impl Iterator<Item = Feed>,
-    (sm, room, limit): (u32, usize, &str),
+    (target, room, limit): (Target, usize, &str),
     (batch, dim, hidden, acc): (usize, usize, usize, Accum),
     mut resident: impl FnMut(Feed) -> Result<usize>,
 ) -> Result<Support> {
     let least = feeds_by_preference()
-        .filter(|f| f.runs_with(sm, usize::MAX, batch, dim))
-        .min_by_key(|f| f.smem(sm, batch, dim).bytes)
+        .filter(|f| f.runs_with(target, usize::MAX, batch, dim))
+        .min_by_key(|f| f.smem(batch, dim).bytes)
         .expect("the streamed kernel is in every PTX");
     let mut why = format!(
         "a batch of {batch} × {dim} needs {} B of shared memory a block at the least (the \
          persistent kernel{}), {limit}",
-        least.smem(sm, batch, dim).bytes,
+        least.smem(batch, dim).bytes,
         least.describe(),
     );
     let takes = |f: &Feed| {
-        f.runs_with(sm, room, batch, dim)
-            && f.kernel(acc).is_some_and(|k| kernels::in_ptx_of(k, sm))
+        f.runs_with(target, room, batch, dim)
+            && f.variant.has(acc)
             && hidden.is_multiple_of(f.units())
+            && hidden / f.units() >= f.variant.min_slices
     };
     let mut fewest = usize::MAX;
     for feed in feeds.filter(takes) {
@@ -365,12 +309,13 @@ fn pick_feed(
     Ok(Support::No(why))
 }
 
-/// The kernel for accumulator `acc`, `feed` and `slices` slices, allowed `smem` bytes of
-/// dynamic shared memory.
-fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize, slices: usize) -> Result<CudaFunction> {
-    let name = feed.launched_kernel(acc, gpu.ptx.sm, slices);
-    let f = gpu
-        .function(name.ok_or_else(|| anyhow::anyhow!("no kernel feeds the batch as {feed:?}"))?)?;
+/// The kernel for accumulator `acc` and `feed`, allowed `smem` bytes of dynamic shared memory.
+fn function(gpu: &Gpu, acc: Accum, feed: Feed, smem: usize) -> Result<CudaFunction> {
+    let name = feed.kernel(acc).ok_or_else(|| {
+        let (name, acc) = (feed.variant.name, acc.suffix());
+        anyhow::anyhow!("the persistent variant {name} has no kernel with {acc} accumulators")
+    })?;
+    let f = gpu.function(&name)?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
@@ -428,9 +373,10 @@ impl Persistent {
         acc: Accum,
         feed: Feed,
     ) -> Result<Persistent> {
-        let smem = feed.smem(gpu.ptx.sm, batch, sizes[0]);
+        let target = gpu.ptx.target();
+        let smem = feed.smem(batch, sizes[0]);
         ensure!(
-            feed.runs_with(gpu.ptx.sm, gpu.max_smem_optin(), batch, sizes[0]),
+            feed.runs_with(target, gpu.max_smem_optin(), batch, sizes[0]),
             "{feed:?} does not run on {} with {}",
             gpu.describe_ptx(),
             gpu.describe_smem_limit()
@@ -441,16 +387,16 @@ impl Persistent {
             feed.units()
         );
         let slices = sizes[1] / feed.units();
-        let f = function(gpu, acc, feed, smem.bytes, slices)?;
+        let f = function(gpu, acc, feed, smem.bytes)?;
         let blocks = feed.parts() * slices;
-        let cluster = if feed.clustered(gpu.ptx.sm) {
+        let cluster = if feed.variant.clustered(target) {
             cluster_size(gpu, &f, smem.bytes, blocks)?
         } else {
             0
         };
         // Clusters exchange in shared memory, and the offchip kernel's blocks have the whole
         // batch: neither has an exchange area or slice counters.
-        let (exchange, counters) = if cluster > 0 || matches!(feed, Feed::Offchip { .. }) {
+        let (exchange, counters) = if cluster > 0 || feed.variant.offchip() {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
@@ -604,7 +550,7 @@ impl Persistent {
             momentum,
             step0: step0 as u32,
             steps: steps as u32,
-            stages: self.feed.stages(),
+            stages: self.feed.stages as u32,
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
         // once, which the grid barrier needs. On Hopper the pair of each slice (or two pairs)
@@ -645,6 +591,10 @@ fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
 mod tests {
     use super::*;
 
+    const SM75: Target = Target::portable(75);
+    const SM80: Target = Target::portable(80);
+    const SM90: Target = Target::portable(90);
+
     /// MNIST's batch of 128 on each generation's PTX and shared memory a block, where every
     /// block is resident: Hopper's two whole-batch buffers, an A100's one of half the batch, a
     /// quarter in 99 KiB, and in Turing's 64 KiB with sm_75 PTX (W1 in registers; it has no
@@ -652,55 +602,60 @@ mod tests {
     /// under 48 KiB.
     #[test]
     fn each_generation_takes_the_feed_its_shared_memory_holds() {
-        let choose = |sm: u32, kib: usize| {
-            feeds_by_preference().find(|f| f.runs_with(sm, kib * 1024, 128, 784))
+        let choose = |target: Target, kib: usize| {
+            feeds_by_preference().find(|f| f.runs_with(target, kib * 1024, 128, 784))
         };
-        assert_eq!(choose(90, 227), Some(Feed::Whole));
-        assert_eq!(choose(80, 163), Some(Feed::Single { parts: 2 }));
-        assert_eq!(choose(80, 99), Some(Feed::Single { parts: 4 }));
-        assert_eq!(choose(80, 64), Some(Feed::Streamed { stages: 2 }));
-        assert_eq!(choose(75, 64), Some(Feed::Single { parts: 4 }));
-        assert_eq!(choose(75, 227), Some(Feed::Single { parts: 4 }));
-        assert_eq!(choose(80, 48), None);
+        // The bulk variant runs with as little room as the two-buffer one (and is taken only
+        // for many slices).
+        assert_eq!(choose(SM90, 227), Some(Feed::of("bulk")));
+        assert_eq!(choose(SM80, 227), Some(Feed::of("whole")));
+        assert_eq!(choose(SM80, 163), Some(Feed::of("single")));
+        assert_eq!(choose(SM80, 99), Some(Feed::of("quarters")));
+        assert_eq!(choose(SM80, 64), Some(Feed::ring("streamed", 2)));
+        assert_eq!(choose(SM75, 64), Some(Feed::of("quarters_regs")));
+        assert_eq!(choose(SM75, 227), Some(Feed::of("quarters_regs")));
+        assert_eq!(choose(SM80, 48), None);
         // Only sm_75's own ring of two runs there; any stage count within bounds on sm_80.
-        assert!(!Feed::Streamed { stages: 4 }.runs_with(75, 227 * 1024, 8, 48));
-        assert!(
-            !Feed::Streamed {
-                stages: MAX_STAGES + 1
-            }
-            .runs_with(90, 227 * 1024, 8, 48)
-        );
-        assert!(!Feed::Whole.runs_with(75, 227 * 1024, 8, 48));
-        assert!(!Feed::Single { parts: 2 }.runs_with(75, 227 * 1024, 8, 48));
-        // The gpu crate has kernels for 2 and 4 parts.
-        assert!(!Feed::Single { parts: 8 }.runs_with(90, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed_regs", 4).runs_with(SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed", 2).runs_with(SM75, 227 * 1024, 8, 48));
+        assert!(Feed::ring("streamed", 5).runs_with(SM80, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed", 7).runs_with(SM90, 227 * 1024, 8, 48));
+        assert!(!Feed::of("whole").runs_with(SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::of("single").runs_with(SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::of("quarters_regs").runs_with(SM80, 227 * 1024, 8, 48));
     }
 
-    /// From 24 slices the two-buffer kernel of Hopper PTX with fp16 accumulators adds the
-    /// partial logits by bulk reductions; with fewer, fp32 accumulators, another feed or sm_80
-    /// PTX it is the feed's own kernel.
+    /// [`pick_feed`] on a GPU of `sms` SMs that holds one block of any kernel an SM.
+    fn pick_with(target: Target, kib: usize, hidden: usize, sms: usize, acc: Accum) -> Support {
+        let one_each = |_: Feed| Ok(sms);
+        pick_feed(
+            feeds_by_preference(),
+            (target, kib * 1024, "capped"),
+            (128, 784, hidden, acc),
+            one_each,
+        )
+        .unwrap()
+    }
+
+    /// From 24 slices the two-buffer variant of Hopper PTX with fp16 accumulators adds the
+    /// partial logits by bulk reductions; with fewer, fp32 accumulators or sm_80 PTX it adds
+    /// them by `red`.
     #[test]
-    fn many_slices_take_the_bulk_reduction_kernel() {
-        use kernels::*;
+    fn many_slices_take_the_bulk_reduction_variant() {
         let (f16, f32) = (Accum::F16, Accum::F32);
         let cases = [
-            ((Feed::Whole, f16, 90, 24), PERSISTENT_BULK_F16),
-            ((Feed::Whole, f16, 90, 66), PERSISTENT_BULK_F16),
-            ((Feed::Whole, f16, 90, 23), PERSISTENT_F16),
-            ((Feed::Whole, f16, 80, 32), PERSISTENT_F16),
-            ((Feed::Whole, f32, 90, 32), PERSISTENT_F32),
-            (
-                (Feed::Single { parts: 2 }, f16, 90, 32),
-                PERSISTENT_SINGLE_F16,
-            ),
-            ((Feed::Wide { n: 2 }, f16, 90, 64), PERSISTENT_WIDE2_F16),
+            ((SM90, 192, f16), "bulk"),
+            ((SM90, 528, f16), "bulk"),
+            ((SM90, 184, f16), "whole"),
+            ((SM80, 256, f16), "whole"),
+            ((SM90, 256, f32), "whole"),
         ];
-        for ((feed, acc, sm, slices), kernel) in cases {
-            let got = feed.launched_kernel(acc, sm, slices);
+        for ((target, hidden, acc), name) in cases {
+            let got = pick_with(target, 227, hidden, 132, acc);
             assert_eq!(
                 got,
-                Some(kernel),
-                "{feed:?} {acc:?} sm_{sm}, {slices} slices"
+                Support::Yes(Feed::of(name)),
+                "{target} {hidden} {acc:?}"
             );
         }
     }
@@ -715,55 +670,50 @@ mod tests {
     /// stages do not fit, the reason says so.
     #[test]
     fn a_feed_whose_blocks_are_not_all_resident_gives_way() {
-        let pick_with = |sm: u32, kib: usize, hidden: usize, sms: usize, acc: Accum| {
-            let one_each = |_: Feed| Ok(sms);
-            pick_feed(
-                feeds_by_preference(),
-                (sm, kib * 1024, "capped"),
-                (128, 784, hidden, acc),
-                one_each,
-            )
-            .unwrap()
-        };
-        let pick = |sm, kib, hidden, sms| pick_with(sm, kib, hidden, sms, Accum::F16);
+        let pick = |target, kib, hidden, sms| pick_with(target, kib, hidden, sms, Accum::F16);
         let (f16, f32) = (Accum::F16, Accum::F32);
-        let (quarters, wide2) = (Feed::Single { parts: 4 }, Feed::Wide { n: 2 });
-        let ring = |stages| Feed::Streamed { stages };
+        let quarters = Feed::of("quarters");
+        let (wide2, bulk) = (Feed::of("wide2"), Feed::of("bulk"));
+        let (ring, ring75) = (
+            |stages| Feed::ring("streamed", stages),
+            Feed::ring("streamed_regs", 2),
+        );
         // (PTX, KiB a block, hidden, SMs, accumulator) and the feed taken. sm_75 has the
         // quarters with fp16 accumulators only. On Hopper slices of 8 units up to 528 (132
         // blocks); 1024, 1040 and 2048 take the narrowest slices that fit (1024 not 64 blocks
         // of 32); past 2,112 units the offchip kernels (one block per slice).
         let takes = [
-            ((80, 99, 128, 132, f16), quarters),
-            ((80, 99, 128, 58, f16), ring(4)),
-            ((80, 99, 256, 132, f16), quarters),
-            ((80, 99, 512, 132, f16), ring(4)),
-            ((75, 64, 128, 68, f16), quarters),
-            ((75, 64, 128, 40, f16), ring(2)),
-            ((75, 64, 128, 132, f32), ring(2)),
-            ((90, 227, 256, 132, f16), Feed::Whole),
-            ((90, 227, 512, 132, f16), Feed::Whole),
-            ((90, 227, 528, 132, f16), Feed::Whole),
-            ((90, 227, 1024, 132, f16), wide2),
-            ((90, 227, 1040, 132, f16), wide2),
-            ((90, 227, 2048, 132, f16), Feed::Wide { n: 4 }),
-            ((90, 227, 2176, 132, f16), Feed::Offchip { stages: 4 }),
-            ((90, 227, 4096, 132, f16), Feed::Offchip { stages: 4 }),
-            ((90, 227, 512, 132, f32), Feed::Whole),
+            ((SM80, 99, 128, 132, f16), quarters),
+            ((SM80, 99, 128, 58, f16), ring(4)),
+            ((SM80, 99, 256, 132, f16), quarters),
+            ((SM80, 99, 512, 132, f16), ring(4)),
+            ((SM75, 64, 128, 68, f16), Feed::of("quarters_regs")),
+            ((SM75, 64, 128, 40, f16), ring75),
+            ((SM75, 64, 128, 132, f32), ring75),
+            ((SM90, 227, 128, 132, f16), Feed::of("whole")),
+            ((SM90, 227, 256, 132, f16), bulk),
+            ((SM90, 227, 512, 132, f16), bulk),
+            ((SM90, 227, 528, 132, f16), bulk),
+            ((SM90, 227, 1024, 132, f16), wide2),
+            ((SM90, 227, 1040, 132, f16), wide2),
+            ((SM90, 227, 2048, 132, f16), Feed::of("wide4")),
+            ((SM90, 227, 2176, 132, f16), Feed::ring("offchip", 4)),
+            ((SM90, 227, 4096, 132, f16), Feed::ring("offchip", 4)),
+            ((SM90, 227, 512, 132, f32), Feed::of("whole")),
         ];
-        for ((sm, kib, hidden, sms, acc), feed) in takes {
+        for ((target, kib, hidden, sms, acc), feed) in takes {
             assert_eq!(
-                pick_with(sm, kib, hidden, sms, acc),
+                pick_with(target, kib, hidden, sms, acc),
                 Support::Yes(feed),
-                "sm_{sm}, {kib} KiB, hidden {hidden}, {sms} SMs, {acc:?}"
+                "{target}, {kib} KiB, hidden {hidden}, {sms} SMs, {acc:?}"
             );
         }
         // 1032 is no multiple of 16: the slices of 8 are too many, and no wider slice divides it.
-        let Support::No(why) = pick(90, 227, 1032, 132) else {
+        let Support::No(why) = pick(SM90, 227, 1032, 132) else {
             panic!("258 blocks taken on 132 SMs");
         };
         assert!(why.contains("258 blocks (2 per 8 hidden units)"), "{why}");
-        let Support::No(why) = pick(90, 227, 4352, 132) else {
+        let Support::No(why) = pick(SM90, 227, 4352, 132) else {
             panic!("136 blocks taken on 132 SMs");
         };
         assert!(why.contains("136 blocks (1 per 32 hidden units)"), "{why}");
@@ -772,20 +722,23 @@ mod tests {
         let wide = feeds_by_preference().filter(|f| f.units() == 32);
         let picked = pick_feed(
             wide,
-            (90, 227 * 1024, ""),
+            (SM90, 227 * 1024, ""),
             (128, 784, 512, Accum::F16),
             |_| Ok(132),
         );
-        assert_eq!(picked.unwrap(), Support::Yes(Feed::Wide { n: 4 }));
+        assert_eq!(picked.unwrap(), Support::Yes(Feed::of("wide4")));
         // No wide or offchip kernel has fp32 accumulators, nor sm_80 PTX.
-        let Support::No(why) = pick_with(90, 227, 1024, 132, Accum::F32) else {
+        let Support::No(why) = pick_with(SM90, 227, 1024, 132, Accum::F32) else {
             panic!("a wide slice taken with fp32 accumulators");
         };
         assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
-        assert!(matches!(pick(80, 227, 1024, 132), Support::No(_)));
-        assert!(matches!(pick(80, 227, 4096, 132), Support::No(_)));
-        assert!(matches!(pick_with(90, 227, 4096, 132, f32), Support::No(_)));
-        let Support::No(why) = pick(80, 48, 128, 132) else {
+        assert!(matches!(pick(SM80, 227, 1024, 132), Support::No(_)));
+        assert!(matches!(pick(SM80, 227, 4096, 132), Support::No(_)));
+        assert!(matches!(
+            pick_with(SM90, 227, 4096, 132, f32),
+            Support::No(_)
+        ));
+        let Support::No(why) = pick(SM80, 48, 128, 132) else {
             panic!("a 48 KiB block taken");
         };
         assert!(
@@ -793,5 +746,29 @@ mod tests {
             "{why}"
         );
         assert!(why.ends_with("capped"), "{why}");
+    }
+
+    /// The names the first line of a run gives each feed.
+    #[test]
+    fn each_feed_describes_itself() {
+        assert_eq!(Feed::of("whole").describe(), "");
+        assert_eq!(Feed::of("bulk").describe(), "");
+        assert_eq!(
+            Feed::of("quarters").describe(),
+            ", one batch buffer refilled after dW1, the batch in 4 parts"
+        );
+        assert_eq!(
+            Feed::ring("streamed", 4).describe(),
+            ", the batch streamed in 128-input chunks through 4 stages"
+        );
+        assert_eq!(
+            Feed::of("wide2").describe(),
+            ", 16 hidden units a block, one batch buffer refilled after dW1"
+        );
+        assert!(
+            Feed::ring("offchip", 4)
+                .describe()
+                .ends_with("through 4 stages, W1's state in global memory")
+        );
     }
 }

@@ -1,0 +1,95 @@
+//! The architecture a PTX module is built for, as one type that the kernels (through
+//! [`BUILT`]) and the host (for the module it loads) ask the same questions of: which
+//! instructions it has. Nothing else in the project compares architecture numbers.
+
+/// An architecture as `GPU_ARCHS` and `--ptx` write it: `sm_80`, or `sm_90a`, the
+/// architecture-specific PTX of compute capability 9.0 (`wgmma`), which runs on 9.0 alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Compute capability ×10: 75, 80, 90.
+    pub sm: u32,
+    pub specific: bool,
+}
+
+impl Target {
+    /// The portable PTX of compute capability `sm`, which every later GPU runs.
+    pub const fn portable(sm: u32) -> Target {
+        Target {
+            sm,
+            specific: false,
+        }
+    }
+
+    /// Whether PTX for this architecture runs on a device of compute capability `device`: PTX
+    /// runs on every later major version, an architecture-specific one on its own alone.
+    pub const fn runs_on(self, device: u32) -> bool {
+        if self.specific {
+            self.sm == device
+        } else {
+            self.sm <= device
+        }
+    }
+
+    /// `cp.async` and the `m16n8k16` tensor-core shape (sm_80). Older PTX stages copies
+    /// through registers and multiplies in `m16n8k8` steps.
+    pub const fn cp_async(self) -> bool {
+        self.sm >= 80
+    }
+
+    /// Hopper's thread-block clusters with distributed shared memory and `st.async`, bulk
+    /// copies and bulk reductions, and `mbarrier` transaction counts (sm_90 at PTX ISA 8.1,
+    /// which `build.rs` gives every sm_90 build).
+    pub const fn clusters(self) -> bool {
+        self.sm >= 90
+    }
+
+    /// Warpgroup MMA (`wgmma`) fed by tensor copies: the architecture-specific sm_90a PTX.
+    pub const fn wgmma(self) -> bool {
+        self.specific && self.sm == 90
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "sm_{}{}", self.sm, if self.specific { "a" } else { "" })
+    }
+}
+
+/// The architecture this PTX is built for (`-C target-cpu`, which enables the target features
+/// `sm_80`, `sm_90`, `sm_90a`, … up to it).
+#[cfg(target_arch = "nvptx64")]
+pub const BUILT: Target = Target {
+    sm: if cfg!(target_feature = "sm_90") {
+        90
+    } else if cfg!(target_feature = "sm_80") {
+        80
+    } else {
+        75
+    },
+    specific: cfg!(target_feature = "sm_90a"),
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_architecture_has_the_instructions_of_its_generation() {
+        let (t75, t80, t90, t90a) = (
+            Target::portable(75),
+            Target::portable(80),
+            Target::portable(90),
+            Target {
+                sm: 90,
+                specific: true,
+            },
+        );
+        assert!(!t75.cp_async() && t80.cp_async() && t90.cp_async());
+        assert!(!t80.clusters() && t90.clusters() && t90a.clusters());
+        assert!(!t90.wgmma() && t90a.wgmma());
+        assert!(t80.runs_on(86) && t80.runs_on(90) && !t80.runs_on(75));
+        assert!(t90a.runs_on(90) && !t90a.runs_on(100));
+        assert_eq!(t90a.to_string(), "sm_90a");
+    }
+}
