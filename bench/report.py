@@ -1,28 +1,41 @@
 #!/usr/bin/env python3
-"""Every comparison of the project in one run, on a GPU machine with PyTorch:
+"""Every comparison of the project in one run, on a GPU machine:
 
-    python3 bench/report.py OUT_DIR [--host target/release/host] [--force]
+    python3 bench/report.py OUT_DIR [--host target/release/host] [--force | --resume]
 
-Runs the GEMM table, MNIST (loss curves, widths 128…8192, the architecture matrix: older GPUs'
-paths emulated with --ptx and --max-smem-kb, init study, and data-parallel scaling against
-PyTorch DDP where there are several GPUs), the regression sweep, Iris, cold and warm start
-(bench/cold_start.sh), and the memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots
-(bench/plot.py, if matplotlib is there) and OUT_DIR/RESULTS.md with the date, GPU and versions.
+Needs a release build of the host (`cargo build --release -p host`, run from the repository root,
+which has data/mnist), an NVIDIA GPU with nvidia-smi, and a python3 with PyTorch; JAX (with a
+GPU) is optional: without it the JAX columns are left out, with a note. matplotlib draws the
+plots and tqdm the progress bar where they are there (`pip install -r bench/requirements.txt`).
+
+Runs the GEMM table, MNIST (loss curves and the modes at hidden 128, ours in fp16 and fp32
+accumulation, PyTorch's modes including the torch.compile max-autotune one, and JAX's scan;
+widths 128…8192; deeper models; the architecture matrix: older GPUs' paths emulated with --ptx
+and --max-smem-kb; init study; and data-parallel scaling against PyTorch DDP where there are
+several GPUs), the regression sweep, Iris, cold and warm start (bench/cold_start.sh), and the
+memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots (bench/plot.py) and
+OUT_DIR/RESULTS.md with the date, GPU and versions. Every "×" there is against the fastest
+framework mode (a PyTorch mode or JAX's scan) measured at that model in the same run.
+The logs name commands portably (target/release/host, python3, OUT_DIR).
+
 To publish it, replace the contents of docs/results/ with OUT_DIR (but its RESULTS.md) as
 docs/results/NAME/ and write docs/RESULTS.md with
 `python3 bench/results_md.py docs/results/NAME --images results/NAME/ --to docs/RESULTS.md`.
 Refuses an existing OUT_DIR unless --force, or --resume: then the steps whose results are
-already there are kept (a report cut short by a time limit is finished by running it again).
-Takes 9 to 12 minutes on an H200, most of it the GEMM table and the width sweep.
+already there are kept (a report cut short by a time limit is finished by running it again;
+each step takes less than 10 minutes, so two commands of 10 minutes finish it, the second with
+--resume). Takes about 13 to 15 minutes on an H100 or H200: the GEMM table, the width sweep
+(about 4 minutes), the MNIST step (about 3, most of it torch.compile's autotuning) and the deeper
+models (about 2) take most of it.
 """
-import argparse, csv, datetime, re, shutil, subprocess, sys, time
+import argparse, csv, datetime, re, shlex, shutil, subprocess, sys, time
 from pathlib import Path
 
-ap = argparse.ArgumentParser()
-ap.add_argument("out")
-ap.add_argument("--host", default="target/release/host")
-ap.add_argument("--force", action="store_true", help="replace an existing output folder")
-ap.add_argument("--resume", action="store_true", help="keep the steps an existing output folder has")
+ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("out", metavar="OUT_DIR", help="folder for the CSVs, logs, plots and RESULTS.md (must not exist, but see --force and --resume)")
+ap.add_argument("--host", default="target/release/host", help="the host binary (default: %(default)s, from `cargo build --release -p host`)")
+ap.add_argument("--force", action="store_true", help="delete an existing OUT_DIR and run every step")
+ap.add_argument("--resume", action="store_true", help="keep the steps an existing OUT_DIR has finished, run the others")
 a = ap.parse_args()
 out = Path(a.out)
 if out.exists() and not a.resume:
@@ -39,12 +52,27 @@ except ImportError:
     tqdm = None
 
 
+def portable(cmd):
+    """cmd as a log names it: python3 for this interpreter, target/release/host for --host, and
+    OUT_DIR for the output folder, not one machine's paths."""
+    def one(arg):
+        s = str(arg)
+        if s == py:
+            return "python3"
+        if s == H:
+            return "target/release/host"
+        if s == str(out) or s.startswith(str(out) + "/"):
+            return "OUT_DIR" + s[len(str(out)):]
+        return s
+    return shlex.join(one(x) for x in cmd)
+
+
 def run_logged(cmd, log, timeout=600):
     """Runs cmd (a list), appending its output to OUT/log; returns its exit status and output."""
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     text = r.stdout + r.stderr
     with open(out / log, "a") as f:
-        f.write(f"$ {' '.join(map(str, cmd))}\n{text}\n")
+        f.write(f"$ {portable(cmd)}\n{text}\n")
     return r.returncode, text
 
 
@@ -52,8 +80,42 @@ def sh(cmd, log, timeout=600, check=True):
     """Runs cmd (a list), appending its output to OUT/log; returns the output."""
     rc, text = run_logged(cmd, log, timeout)
     if check and rc != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} failed:\n{text[-2000:]}")
+        raise RuntimeError(f"{portable(cmd)} failed:\n{text[-2000:]}")
     return text
+
+
+def try_logged(cmd, log, timeout):
+    """run_logged, with a timeout as a failure (its exit status 124) rather than an exception."""
+    try:
+        return run_logged(cmd, log, timeout)
+    except subprocess.TimeoutExpired:
+        with open(out / log, "a") as f:
+            f.write(f"$ {portable(cmd)}\ntimed out after {timeout} s\n\n")
+        return 124, f"timed out after {timeout} s"
+
+
+def fresh(*names):
+    """Removes what an earlier, cut-short run of a step left in OUT (its logs), so that a step
+    --resume runs again starts from nothing."""
+    for n in names:
+        (out / n).unlink(missing_ok=True)
+
+
+_jax = []
+
+
+def have_jax():
+    """Whether this python3 imports JAX and JAX sees a GPU (asked once a run); if not, the JAX
+    runs are left out and info.txt says why."""
+    if not _jax:
+        r = subprocess.run([py, "-c", "import jax; print(jax.__version__, jax.default_backend())"],
+                           capture_output=True, text=True)
+        words = r.stdout.split()
+        _jax.append(r.returncode == 0 and words[-1:] == ["gpu"])
+        if not _jax[0]:
+            why = "no GPU backend" if r.returncode == 0 else (r.stderr.strip().splitlines() or ["import failed"])[-1]
+            print(f"JAX left out: {why}", file=sys.stderr)
+    return _jax[0]
 
 
 def mib(pattern, text):
@@ -62,37 +124,57 @@ def mib(pattern, text):
 
 
 memory, inits = [], []
-# PyTorch's modes in the MNIST steps: every report compares against the fastest one it measured.
-PT_MODES = ["eager32", "fp16", "graph", "epoch"]
+# PyTorch's modes at hidden 128 (compile: torch.compile max-autotune, as the seed study ran it);
+# the width sweep runs those of them that can be the fastest without a long compilation (eager32
+# and fp16 never are: their times are in the MNIST table).
+PT_MODES = ["eager32", "fp16", "compile", "graph", "epoch"]
+WIDTH_PT_MODES = ["graph", "epoch"]
+JAX_UNROLLS = "1,4"  # scan's unroll factors; each model keeps its fastest
+JAX_TIMEOUT = 600
 
 
 def step_info():
     sh([H, "info"], "info.txt")
     sh(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], "info.txt", check=False)
     sh([py, "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"], "info.txt")
+    # `jax VERSION BACKEND`, or `jax: not installed`: results_md.py notes missing JAX columns.
+    sh([py, "-c", "import importlib.util as u; print('jax: not installed') if u.find_spec('jax') is None else "
+                  "(lambda j: print('jax', j.__version__, j.default_backend()))(__import__('jax'))"], "info.txt", check=False)
 
 
 def step_gemm():
+    fresh("gemm.log")
     sh([H, "gemm", "--csv", out / "gemm.csv"], "gemm.log")
 
 
 def step_mnist():
+    """Hidden 128, 10 epochs: ours (its loss curve; then with fp32 accumulation), every PyTorch
+    mode, JAX's scan at each unroll."""
+    fresh("mnist.log", "jax_mnist.csv")
     t = sh([H, "mnist", "--metrics", out / "mnist128.csv"], "mnist.log")
     memory.append(("MNIST 784-128-10", "ours", mib(r"one arena of ([\d.]+) MiB", t)))
+    sh([H, "mnist", "--accum", "f32"], "mnist.log")
+    if have_jax():
+        # Optional: a failure leaves its output in the log and JAX out of the tables.
+        try_logged([py, "bench/jax/mnist_scan.py", "--hidden", "128", "--unroll", JAX_UNROLLS, "--csv", out / "jax_mnist.csv"],
+                   "mnist.log", JAX_TIMEOUT)
     rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
     for mode in PT_MODES:
-        t = sh([py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--csv", out / "pt.tmp"], "mnist.log")
-        rows += (out / "pt.tmp").read_text().splitlines()[1:]
+        # A mode that fails here (torch.compile without a working Triton, say) is left out.
+        (out / "pt.tmp").unlink(missing_ok=True)
+        rc, t = try_logged([py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--csv", out / "pt.tmp"], "mnist.log", 600)
+        if rc == 0 and (out / "pt.tmp").exists():
+            rows += (out / "pt.tmp").read_text().splitlines()[1:]
         if mode == "eager32":
             memory.append(("MNIST 784-128-10", "PyTorch eager32", mib(r"max_memory_allocated ([\d.]+) MiB", t)))
-    (out / "pt.tmp").unlink()
+    (out / "pt.tmp").unlink(missing_ok=True)
     (out / "pytorch_mnist.csv").write_text("\n".join(rows) + "\n")
 
 
 def step_widths():
     import os
-    # fp16 is left out here to save time: the graph modes run the same fp16 step without its launches.
-    env = {**os.environ, "EPOCHS": "2", "MODES": "eager32 graph epoch", "PYTHON": py}
+    env = {**os.environ, "EPOCHS": "2", "MODES": " ".join(WIDTH_PT_MODES), "PYTHON": py,
+           "JAX_UNROLL": JAX_UNROLLS if have_jax() else "", "JAX_TIMEOUT": str(JAX_TIMEOUT)}
     r = subprocess.run(["bench/mnist_widths.sh", out / "widths", H], capture_output=True, text=True, env=env, timeout=1200)
     (out / "widths.log").write_text(r.stdout + r.stderr)
     shutil.move(out / "widths" / "mnist_widths.csv", out / "mnist_widths.csv")
@@ -124,27 +206,99 @@ def why_failed(text, rc):
     return (errors or lines or [f"exit status {rc}"])[-1]
 
 
-def arch_run(flags, hidden):
-    """One `host mnist` run of the matrix: (ptx, engine, [(epoch, seconds, test accuracy)]),
-    or a string saying why it did not run."""
-    cmd = [H, "mnist", *flags, "--hidden", str(hidden), "--epochs", str(ARCH_EPOCHS)]
+def ours_run(args, log, timeout=300):
+    """One `host mnist ARGS` run: (its header line, [(epoch, seconds, test accuracy)]), or a
+    string saying why it did not run."""
     try:
-        # Long enough for the driver to compile an older PTX for this GPU on a cold cache.
-        rc, text = run_logged(cmd, "arch_matrix.log", timeout=300)
+        rc, text = run_logged([H, "mnist", *args], log, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "timed out after 300 s"
+        return f"timed out after {timeout} s"
     header = next((l for l in text.splitlines() if l.startswith("MNIST")), None)
     epochs = [(int(m.group(1)), float(m.group(3)), round(float(m.group(2)) / 100, 6)) for m in
               re.finditer(r"^epoch +(\d+) .*test accuracy ([\d.]+)% +([\d.]+) s", text, re.M)]
     if rc != 0 or header is None or not epochs:
         return why_failed(text, rc)
+    return header, epochs
+
+
+def arch_run(flags, hidden):
+    """One `host mnist` run of the matrix: (ptx, engine, [(epoch, seconds, test accuracy)]),
+    or a string saying why it did not run."""
+    # Long enough for the driver to compile an older PTX for this GPU on a cold cache.
+    r = ours_run([*flags, "--hidden", str(hidden), "--epochs", str(ARCH_EPOCHS)], "arch_matrix.log")
+    if isinstance(r, str):
+        return r
+    header, epochs = r
     ptx = re.search(r"\((sm_\d+) PTX", header)
     return ptx.group(1) if ptx else "?", engine_of(header), epochs
+
+
+# Deeper models: ours, JAX's scan and PyTorch's fastest mode at hidden 128, 10 epochs each.
+DEPTH_MODELS = ["128,128", "256,256,256", "512,256", "1024,1024", "512,512,512,512"]
+DEPTH_EPOCHS = 10
+
+
+def fastest_pytorch_mode():
+    """PyTorch's fastest mode at hidden 128 in this run (lowest median of epochs 2+ in
+    pytorch_mnist.csv); epoch if there is none."""
+    import statistics
+    t = {}
+    p = out / "pytorch_mnist.csv"
+    for r in (csv.DictReader(open(p)) if p.exists() else []):
+        if r["epoch_time_s"] and int(r["epoch"]) > 1:
+            t.setdefault(r["mode"], []).append(float(r["epoch_time_s"]))
+    return min(t, key=lambda m: statistics.median(t[m])) if t else "epoch"
+
+
+def framework_rows(system, mode, cmd, tmp, timeout, models):
+    """The per-epoch rows (system, mode, model, engine, epoch, seconds, accuracy, skipped) of a
+    baseline run of these models that writes mnist_mlp.py's CSV to tmp, or (if it failed) one
+    row per model saying why."""
+    tmp.unlink(missing_ok=True)
+    try:
+        rc, text = run_logged(cmd, "depth.log", timeout=timeout)
+        why = why_failed(text, rc) if rc != 0 or not tmp.exists() else ""
+    except subprocess.TimeoutExpired:
+        why = f"timed out after {timeout} s"
+    if why:
+        return [[system, mode, "784-" + h.replace(",", "-") + "-10", "", "", "", "", why] for h in models]
+    rows = [[system, r["mode"], f"784-{r['hidden']}-10", "", r["epoch"], r["epoch_time_s"], r["accuracy"], ""]
+            for r in csv.DictReader(open(tmp)) if r["epoch_time_s"]]
+    tmp.unlink()
+    return rows
+
+
+def step_depth():
+    """Deeper models (`--hidden` with several widths): ours (its engine from its header line),
+    JAX's scan at each unroll, PyTorch's fastest mode at hidden 128; a run that fails is a row
+    that says why."""
+    fresh("depth.log")
+    rows = []
+    for hidden in DEPTH_MODELS:
+        model = "784-" + hidden.replace(",", "-") + "-10"
+        r = ours_run(["--hidden", hidden, "--epochs", str(DEPTH_EPOCHS)], "depth.log")
+        if isinstance(r, str):
+            rows.append(["ours", "", model, "", "", "", "", r])
+            continue
+        header, epochs = r
+        rows += [["ours", "", model, engine_of(header), e, sec, acc, ""] for e, sec, acc in epochs]
+    if have_jax():
+        rows += framework_rows("jax", "", [py, "bench/jax/mnist_scan.py", "--hidden", *DEPTH_MODELS, "--unroll", JAX_UNROLLS,
+                                       "--epochs", str(DEPTH_EPOCHS), "--csv", out / "jax.tmp"], out / "jax.tmp", JAX_TIMEOUT, DEPTH_MODELS)
+    mode = fastest_pytorch_mode()
+    for hidden in DEPTH_MODELS:
+        rows += framework_rows("pytorch", mode, [py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--hidden", hidden,
+                                           "--epochs", str(DEPTH_EPOCHS), "--csv", out / "pt.tmp"], out / "pt.tmp", 300, [hidden])
+    with open(out / "depth.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["system", "mode", "model", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
+        w.writerows(rows)
 
 
 def step_arch_matrix():
     """Each older GPU's path through `host mnist` (its PTX, its shared memory per block) on this
     GPU; a path the binary or the GPU cannot take is a row that says why, not an abort."""
+    fresh("arch_matrix.log")
     own = re.search(r"shared memory:\s+(\d+) KiB", (out / "info.txt").read_text())
     with open(out / "arch_matrix.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -178,10 +332,12 @@ def step_scaling():
 
 def step_cold_start():
     """Time to exit of short commands with an empty driver cache and a filled one."""
+    fresh("cold_start.log")
     sh(["bench/cold_start.sh", "--csv", out / "cold_start.csv", H], "cold_start.log", timeout=900)
 
 
 def step_regression():
+    fresh("regression.log")
     sh([H, "regression", "--sweep", "--csv", out / "regression_sweep.csv"], "regression.log")
     sh([H, "regression", "--variant", "unfused", "--trace", out / "regression_trace.json"], "regression.log")
     sh([py, "bench/pytorch/regression.py", "--points", "1000000,5000000,10000000,50000000,100000000",
@@ -195,6 +351,7 @@ def step_regression():
 
 
 def step_iris():
+    fresh("iris.log")
     t = sh([H, "iris", "--metrics", out / "iris.csv"], "iris.log")
     memory.append(("Iris 4-5-3", "ours", mib(r"one arena of ([\d.]+) MiB", t)))
     t = sh([py, "bench/pytorch/mnist_mlp.py", "--dataset", "iris", "--csv", out / "pytorch_iris.csv"], "iris.log")
@@ -211,6 +368,7 @@ def initial_final(metrics):
 
 
 def step_init():
+    fresh("init.log")
     for ds, extra_ours, extra_pt in [("Iris", ["iris"], ["--dataset", "iris"]), ("MNIST", ["mnist", "--epochs", "1"], ["--epochs", "1"])]:
         for init in ["normal", "xavier", "kaiming"]:
             m = out / "init.tmp"
@@ -246,6 +404,7 @@ def memory_from_log(name):
 # Each step, and the file whose presence means --resume keeps it (None: always run).
 steps = [("info", step_info, "info.txt"), ("GEMM table", step_gemm, "gemm.csv"),
          ("MNIST curves", step_mnist, "pytorch_mnist.csv"), ("MNIST widths", step_widths, "mnist_widths.csv"),
+         ("deeper models", step_depth, "depth.csv"),
          ("architecture matrix", step_arch_matrix, "arch_matrix.csv"), ("scaling", step_scaling, "scaling.log"),
          ("regression sweep", step_regression, "regression_torch.csv"), ("Iris", step_iris, "pytorch_iris.csv"),
          ("cold start", step_cold_start, "cold_start.csv"), ("init study", step_init, "init.csv"),
