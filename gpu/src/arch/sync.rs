@@ -18,15 +18,8 @@ pub fn sync_warp() {
     unsafe { asm!("bar.warp.sync 0xffffffff;", options(nostack)) };
 }
 
-/// Named barrier `ID` of `THREADS` threads (whole warps): only the warps that take part wait,
-/// and no other warp may arrive at it.
-#[inline(always)]
-pub fn bar_sync<const ID: u32, const THREADS: u32>() {
-    unsafe { asm!("bar.sync {id}, {n};", id = const ID, n = const THREADS, options(nostack)) };
-}
-
-/// Named barrier `id` of `threads` threads (whole warps), both given at run time: as
-/// [`bar_sync`] where the count is not a constant.
+/// Named barrier `id` of `threads` threads (whole warps), both given at run time: only the
+/// warps that take part wait, and no other warp may arrive at it.
 #[inline(always)]
 pub fn bar_sync_n(id: u32, threads: u32) {
     unsafe {

@@ -4,7 +4,8 @@
 //! dW1's after the phase.
 use super::context::Block;
 use super::context::Step;
-use super::exchange::{Outbox, db1_at};
+use super::exchange::Outbox;
+use super::owners::{BIAS_WARP, OUTPUT_WARP, bias_unit, db1_at};
 use super::stream::{Ring, chunks};
 use super::*;
 use crate::arch::*;
@@ -14,13 +15,6 @@ use crate::layout::{Operand, ldmatrix_lane};
 pub const ONES: [u32; 2] = [0x3c00_3c00; 2];
 /// The A fragment of ones, which turns a product into column sums of B (db1).
 const ONES_A: [u32; 4] = [0x3c00_3c00; 4];
-/// The warp that computes dW2 and db2: the last, which has one dW1 tile fewer than warp 0.
-pub const OUTPUT_WARP: usize = WARPS - 1;
-/// The warp that computes db1, and updates b1 in every kernel but the offchip one. In the
-/// kernels of half the batch it has neither a tile of dH, nor dW2, nor warp 0's extra dW1 tile,
-/// and shares its scheduler with a tile warp (warp 1).
-pub const BIAS_WARP: usize = 5;
-
 /// dH = dlogits·W2[:, s] for the tile warp's tile (one k16 step over the classes per n-tile),
 /// through the ReLU (the H fragments `hf` have the same layout), stored fp16, behind a block
 /// barrier.
@@ -42,16 +36,6 @@ pub fn hidden_grad<const N: usize>(b: &Block, hf: &[[f32; 4]; N]) {
         }
     }
     sync_threads();
-}
-
-/// The entry of db1 (and of b1, which it updates) of this thread of the [`BIAS_WARP`]: in the
-/// product with ones every row holds dH's column sums, and lane `4g + t` takes unit
-/// `2t + g % 2` of n-tile `g / 2`, which its fragment holds. `None` past the slice's units and
-/// off the bias warp.
-#[inline(always)]
-pub fn bias_unit(b: &Block) -> Option<usize> {
-    let (g, t) = (b.group(), b.in_group());
-    (b.warp == BIAS_WARP && b.lane < b.units()).then_some(UNITS * (g / 2) + 2 * t + g % 2)
 }
 
 /// The block's share of db1, dH's column sums over its rows: a product with ones on the

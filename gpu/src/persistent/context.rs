@@ -128,20 +128,6 @@ impl Block {
     pub fn has_tile(&self) -> bool {
         self.warp < self.tile_warps && 16 * self.warp < self.mine
     }
-    /// The warps that neither meet the grid barrier nor run the softmax: in the whole-batch
-    /// kernel off Hopper, the loader warps, so that the barrier's block-wide steps are a named
-    /// barrier of the tile warps' 128 threads. Elsewhere the whole block meets it, and the
-    /// kernel has no named barrier (`compute-sanitizer`'s racecheck reports hazards across
-    /// block-wide barriers in kernels with them).
-    #[inline(always)]
-    pub fn skips_barrier(&self) -> bool {
-        !self.whole_block_meets() && self.warp >= TILE_WARPS
-    }
-    /// [`whole_block_meets`] for this block's kernel.
-    #[inline(always)]
-    pub fn whole_block_meets(&self) -> bool {
-        HOPPER || self.lay.streamed || self.single()
-    }
     /// The whole-batch buffer step `k` of the launch reads: steps alternate between two, or
     /// take the one.
     #[inline(always)]

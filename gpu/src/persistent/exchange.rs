@@ -14,9 +14,8 @@
 //!   waits for before its next forward.
 //! - Elsewhere, and for more than two parts, they go to the block's area of the global
 //!   exchange buffer, and the slice's blocks meet at a counter there.
-use super::backward::bias_unit;
 use super::context::{Block, Step};
-use super::update;
+use super::owners::{bias_unit, db1_at, w2_word};
 use super::*;
 use crate::arch::*;
 
@@ -28,11 +27,6 @@ fn dw1_word(b: &Block, mt: usize, p: usize) -> usize {
 
 /// Where the small shares (dW2, db2, db1) start among a block's words.
 const SMALL_AT: usize = WARPS * TILES_PER_WARP * 2 * 32;
-/// Words of the db1 share, after dW2's and db2's, with slices of `n` n-tiles.
-pub const fn db1_at(n: usize) -> usize {
-    own_shares(n)
-}
-
 /// The partner's shares of the next step have this many bytes (Hopper): dW1's of the n-tiles
 /// this block updates, and the small ones.
 #[inline(always)]
@@ -254,11 +248,8 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     // db1's entry), this block's after the barrier above, of every part. From global memory
     // they are requested before dW1's sums wait for theirs; within a cluster, after the block
     // barrier that lets this block's own be read.
-    let w2_words: [usize; N] = core::array::from_fn(|n| 128 * n + update::w2_word(b));
-    let bias_words = [
-        128 * N + update::w2_word(b),
-        db1_at(N) + bias_unit(b).unwrap_or(0),
-    ];
+    let w2_words: [usize; N] = core::array::from_fn(|n| 128 * n + w2_word(b));
+    let bias_words = [128 * N + w2_word(b), db1_at(N) + bias_unit(b).unwrap_or(0)];
     let small_of = |q: usize| {
         let own = b.own();
         let small =

@@ -1,10 +1,8 @@
 //! Fetching the batch. A block's rows of a step are one run of the shuffled set (rows, labels
 //! and stride as the buffer holds them), copied whole into a buffer:
-//! - with two buffers, while the step before reads the other: on Hopper by one bulk copy of the
+//! - with two buffers (Hopper), while the step before reads the other: by one bulk copy of the
 //!   copy engine, which reports its bytes at the buffer's `mbarrier`, issued by one thread for
-//!   the batch after next as soon as the update frees its buffer; elsewhere by the loader warps
-//!   in 16-byte `cp.async` pieces, issued during the forward for the next batch (all four
-//!   loader warps: a warp issuing `cp.async` stalls until the memory system takes the copies);
+//!   the batch after next as soon as the update frees its buffer;
 //! - with one buffer (where two do not fit, as on an A100 at MNIST's size), into it once dW1 has
 //!   read it, during the exchange and the update: by the bulk copy on Hopper, elsewhere by every
 //!   thread's `cp.async` pieces; on sm_75, which has no `cp.async`, every thread loads its
@@ -21,23 +19,6 @@ const COPY_ISSUER: usize = 32;
 #[inline(always)]
 fn buffer(b: &Block, s: &Step) -> usize {
     b.step_buffer(s.k)
-}
-
-/// The threads that copy a batch in 16-byte pieces (not on Hopper): the loader warps, or every
-/// thread with one buffer. The first and how many.
-#[inline(always)]
-fn copiers(b: &Block) -> (usize, usize) {
-    if b.single() {
-        (0, THREADS)
-    } else {
-        (TILE_WARPS * 32, THREADS - TILE_WARPS * 32)
-    }
-}
-
-/// Whether this thread copies batches in pieces.
-#[inline(always)]
-fn is_copier(b: &Block) -> bool {
-    b.tid >= copiers(b).0
 }
 
 /// Bytes of the block's rows of a step.
@@ -58,8 +39,8 @@ fn batch_src(b: &Block, index: u32) -> *const u8 {
 #[cfg(not(target_feature = "sm_80"))]
 const STAGED: usize = (tiles(MAX_PARTS) * 16 * row_stride(MAX_DIM) / 16).div_ceil(THREADS);
 
-/// A copier's pieces of a batch between their issue and the step that reads them (not on
-/// Hopper): `cp.async` groups on sm_80 and later, which land in shared memory by themselves;
+/// A thread's pieces of a batch between their issue and the step that reads them (one buffer,
+/// not on Hopper): `cp.async` groups on sm_80 and later, which land in shared memory by themselves;
 /// on sm_75, which has no `cp.async`, the pieces loaded into registers, stored into the buffer
 /// when the step waits for them (the one-buffer kernel: its buffer is free from dW1 on).
 pub struct Copies {
@@ -78,25 +59,25 @@ impl Copies {
         }
     }
 
-    /// The copier's pieces of step `index`'s rows, for buffer `buf`.
+    /// The thread's pieces of step `index`'s rows, for the one buffer: every [`THREADS`]th
+    /// 16-byte piece, by `cp.async`.
     #[cfg(target_feature = "sm_80")]
     #[inline(always)]
-    fn issue(&mut self, b: &Block, buf: usize, index: u32) {
-        let (from, to) = (batch_src(b, index), b.batch_buffer(buf));
-        let (first, count) = copiers(b);
-        let mut i = 16 * (b.tid - first);
+    fn issue(&mut self, b: &Block, index: u32) {
+        let (from, to) = (batch_src(b, index), b.batch_buffer(0));
+        let mut i = 16 * b.tid;
         while i < batch_bytes(b) {
             cp_async_16(to + i as u32, unsafe { from.add(i) }, 16);
-            i += 16 * count;
+            i += 16 * THREADS;
         }
         cp_async_commit();
     }
 
-    /// The copier's pieces of step `index`'s rows, for the one buffer: every thread loads every
-    /// [`THREADS`]th piece into registers.
+    /// The thread's pieces of step `index`'s rows, for the one buffer: every [`THREADS`]th
+    /// piece, loaded into registers.
     #[cfg(not(target_feature = "sm_80"))]
     #[inline(always)]
-    fn issue(&mut self, b: &Block, _buf: usize, index: u32) {
+    fn issue(&mut self, b: &Block, index: u32) {
         let from = batch_src(b, index);
         for j in 0..STAGED {
             let i = 16 * (b.tid + THREADS * j);
@@ -110,7 +91,7 @@ impl Copies {
         }
     }
 
-    /// Waits until the copier's pieces are in shared memory.
+    /// Waits until the thread's pieces are in shared memory.
     #[cfg(target_feature = "sm_80")]
     #[inline(always)]
     fn land(&self, _b: &Block) {
@@ -164,8 +145,8 @@ pub fn start(b: &Block) -> Copies {
                 bulk_batch(b, 1, step0 + 1);
             }
         }
-    } else if is_copier(b) {
-        copies.issue(b, 0, step0);
+    } else {
+        copies.issue(b, step0);
     }
     copies
 }
@@ -180,19 +161,8 @@ pub fn wait(b: &Block, s: &Step, copies: &Copies) {
         let fills = if b.single() { s.k } else { s.k / 2 };
         mbar_wait::<false>(b.mbar(buffer(b, s)), fills % 2);
     } else {
-        if is_copier(b) {
-            copies.land(b);
-        }
+        copies.land(b);
         sync_threads();
-    }
-}
-
-/// Not on Hopper, with two buffers: the loader warps fetch the next batch into the other
-/// buffer (last read by the previous step's dW1) while the tile warps finish the forward.
-#[inline(always)]
-pub fn load_next(b: &Block, s: &Step, copies: &mut Copies) {
-    if !b.single() && is_copier(b) && s.has_next(b.args.steps) {
-        copies.issue(b, 1 - buffer(b, s), s.index + 1);
     }
 }
 
@@ -207,7 +177,7 @@ pub fn after_dw1(b: &Block, s: &Step, copies: &mut Copies) {
         if b.tid == COPY_ISSUER && more {
             bulk_batch(b, buffer(b, s), s.index + ahead);
         }
-    } else if b.single() && more {
-        copies.issue(b, 0, s.index + 1);
+    } else if more {
+        copies.issue(b, s.index + 1);
     }
 }

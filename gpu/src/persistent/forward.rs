@@ -11,13 +11,12 @@ use super::*;
 use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 
-/// Warps that split the forward's K for blocks of `tiles` 16-row tiles. All eight where no
-/// warp fetches meanwhile (on Hopper the copy engine fetches the next batch; the streamed
-/// kernels' warps all load between chunks; one whole-batch buffer fills after dW1) and their
-/// partials fit [`partials_bytes`] (fp32 ones of four tiles fit four warps); else the tile
-/// warps (the whole-batch kernel's loader warps issue `cp.async` meanwhile).
-const fn forward_warps<A: Acc>(ring: bool, tiles: usize) -> usize {
-    if (HOPPER || ring) && WARPS * tiles * 32 * size_of::<A>() <= partials_bytes(1) {
+/// Warps that split the forward's K for blocks of `tiles` 16-row tiles: all eight where their
+/// partials fit [`partials_bytes`], else the tile warps (fp32 partials of four tiles fit four
+/// warps). No warp fetches during the forward: on Hopper the copy engine fetches the next
+/// batch, a ring's warps all load between chunks, and one whole-batch buffer fills after dW1.
+const fn forward_warps<A: Acc>(tiles: usize) -> usize {
+    if WARPS * tiles * 32 * size_of::<A>() <= partials_bytes(1) {
         WARPS
     } else {
         TILE_WARPS
@@ -29,7 +28,7 @@ const fn forward_warps<A: Acc>(ring: bool, tiles: usize) -> usize {
 /// can end with a warp barrier: the forward's block barrier comes before anything else reads
 /// what the update wrote. (It would not before the launch's write-back, which has its own.)
 pub const fn reads_own_w1_rows<A: Acc>(ring: bool, tiles: usize) -> bool {
-    HOPPER && !ring && forward_warps::<A>(false, tiles) == WARPS
+    HOPPER && !ring && forward_warps::<A>(tiles) == WARPS
 }
 
 /// The tile warp's H fragment of each n-tile (zeros from other warps), after storing it fp16
@@ -47,20 +46,14 @@ pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
     // The one-buffer kernel splits as the streamed ones do.
     const {
         let bytes = T * N * 32 * size_of::<A>();
-        assert!(forward_warps::<A>(false, T) * bytes <= partials_bytes(N));
-        assert!(forward_warps::<A>(true, T) * bytes <= partials_bytes(N));
+        assert!(forward_warps::<A>(T) * bytes <= partials_bytes(N));
         assert!(T <= MAX_TILES);
         assert!(
             !F::V.w1_copy_in_registers()
-                || (N == 1 && !F::V.ring() && forward_warps::<A>(true, T) == WARPS)
+                || (N == 1 && !F::V.ring() && forward_warps::<A>(T) == WARPS)
         );
     };
-    // With one whole-batch buffer no warp loads during the forward either.
-    let fwd = if b.single() {
-        forward_warps::<A>(true, T)
-    } else {
-        forward_warps::<A>(ring_fed, T)
-    };
+    let fwd = forward_warps::<A>(T);
     if ring_fed {
         // Every thread takes part in the ring, rows or not.
         let acc = k_chunks::<A, T, N>(b, ring, fwd);
@@ -76,13 +69,7 @@ pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
             let acc = k_split::<A, T, N>(b, s, fwd);
             store_partials(b, &acc);
         }
-        // Elsewhere the loader warps must not arrive: the named barrier counts the tile warps'
-        // 128 threads, and with the loaders' a generation would release early.
-        if b.whole_block_meets() {
-            sync_threads()
-        } else if b.warp < fwd {
-            bar_sync::<2, 128>()
-        };
+        sync_threads();
     }
     let mut sums = [A::ZERO; N];
     if b.has_tile() {

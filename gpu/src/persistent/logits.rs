@@ -163,16 +163,11 @@ fn fixed(b: &Block, s: &Step, v: f32, class: usize) -> i64 {
 }
 
 /// The exchange of the partial logits: every block meets the grid at the barrier, after which
-/// the step's sums are complete. In the whole-batch kernel off Hopper only the tile warps meet
-/// it (the loader warps, once their copies are issued, skip to the block barrier after the
-/// softmax); elsewhere the whole block does, so the kernel needs no named barrier. While the
-/// barrier waits, block 0 clears the slot of the next step's sums, which every block finished
-/// reading before this step began.
+/// the step's sums are complete (the whole block meets it, so the kernel needs no named
+/// barrier). While the barrier waits, block 0 clears the slot of the next step's sums, which
+/// every block finished reading before this step began.
 #[inline(always)]
 pub fn exchange(b: &Block, s: &Step) {
-    if b.skips_barrier() {
-        return;
-    }
     if b.blk == 0 && b.warp < TILE_WARPS {
         let logits = b.args.logits as *mut i64;
         let next = unsafe { logits.add(((s.k as usize + 1) % LOGIT_SLOTS) * b.slot) };
@@ -182,11 +177,6 @@ pub fn exchange(b: &Block, s: &Step) {
             i += THREADS / 2;
         }
     }
-    let sync = if b.whole_block_meets() {
-        sync_threads
-    } else {
-        bar_sync::<2, 128>
-    };
     let counter = b.args.counters as *mut u32;
-    grid_barrier(counter, b.blocks * (s.k + 1), sync);
+    grid_barrier(counter, b.blocks * (s.k + 1), sync_threads);
 }

@@ -246,6 +246,8 @@ mod logits;
 ))]
 mod offchip;
 #[cfg(target_arch = "nvptx64")]
+mod owners;
+#[cfg(target_arch = "nvptx64")]
 mod shuffle;
 #[cfg(target_arch = "nvptx64")]
 mod softmax;
@@ -265,7 +267,7 @@ mod kernel {
     use super::stream::Ring;
     use super::weights::W1;
     use super::*;
-    use crate::arch::{Acc, HOPPER, sync_threads, sync_warp};
+    use crate::arch::{Acc, sync_threads, sync_warp};
     use crate::target::BUILT;
 
     /// The training loop of one block of variant `F` (a row of [`VARIANTS`]): `args.steps`
@@ -301,8 +303,12 @@ mod kernel {
                 !v.bulk() || (BUILT.clusters() && !v.ring()),
                 "bulk reductions: Hopper, whole rows"
             );
+            assert!(
+                !matches!(v.batch, Batch::Double) || BUILT.clusters(),
+                "two buffers: the next batch by the copy engine (Hopper)"
+            );
         };
-        let (ring_fed, double) = (F::V.ring(), matches!(F::V.batch, Batch::Double));
+        let ring_fed = F::V.ring();
         let block = Block::new::<F>(args);
         let mut w1 = W1::<O, F>::load(&block);
         weights::load_small(&block);
@@ -323,9 +329,6 @@ mod kernel {
             exchange::wait_w1(&b, &s);
             let h = forward::hidden::<A, F, T, N, O>(&b, &s, &mut ring, &w1);
             logits::add_partials::<A, T, N>(&b, &s, &h, F::V.bulk());
-            if !HOPPER && double {
-                fetch::load_next(&b, &s, &mut copies);
-            }
             logits::exchange(&b, &s);
             let part = softmax::cross_entropy::<F>(&b, &s);
             backward::hidden_grad(&b, &h);

@@ -12,11 +12,12 @@
 //! ring of `stream`, twice a step. Warp `w` owns the batch's 16-row tile `w`: its forward is
 //! one accumulator chain per n-tile over every k-step, so no partial sums cross warps; its dW1
 //! tiles are input tile `w` of each chunk, every n-tile, over the whole batch.
-use super::backward::{self, BIAS_WARP, ONES, OUTPUT_WARP, column_sums, unit_frags};
+use super::backward::{self, ONES, column_sums, unit_frags};
 use super::context::{Block, Step};
 use super::forward::{activate, w1_frags};
+use super::owners::{BIAS_WARP, OUTPUT_WARP, w2_word};
 use super::stream::{Ring, chunks};
-use super::update::{sgd, small_sgd, w2_word};
+use super::update::{sgd, small_sgd};
 use super::weights::{self, w1_index, w1_shared};
 use super::*;
 use super::{logits, softmax};

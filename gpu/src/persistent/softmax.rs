@@ -5,16 +5,11 @@ use super::context::{Block, Step};
 use super::logits::FIX;
 use super::*;
 use crate::arch::*;
-use crate::target::BUILT;
 
-/// Classes per thread of a row, when the whole block meets the grid barrier (on Hopper, and in
-/// the one-buffer and streamed kernels) and when the tile warps alone do (the two-buffer
-/// kernel's loader warps skip the softmax off Hopper). A row's threads are adjacent lanes,
-/// `MAX_CLASSES / PER` of them: the whole block's threads cover 64 rows, the tile warps' as
-/// many with twice the classes each. Threads past the block's rows run it on rows that store
-/// nothing (skipping them by thread index made the Hopper kernel 2-4% slower).
+/// Classes per thread of a row: a row's threads are adjacent lanes, `MAX_CLASSES / PER` of
+/// them, and the block's threads cover 64 rows. Threads past the block's rows run it on rows
+/// that store nothing (skipping them by thread index made the Hopper kernel 2-4% slower).
 const PER_OF_BLOCK: usize = MAX_CLASSES * ROWS / THREADS;
-const PER_OF_TILE_WARPS: usize = MAX_CLASSES * ROWS / (TILE_WARPS * 32);
 /// The rows a block holds at most, with the batch in parts.
 const ROWS: usize = MAX_TILES * 16;
 /// Classes per thread of a row in the offchip kernel (Hopper), whose blocks hold the whole
@@ -26,13 +21,7 @@ const PER_OF_WHOLE_BATCH: usize = MAX_CLASSES * MAX_BATCH / THREADS;
 /// loss and the correct count ([`loss_sums`]), for variant `F`.
 #[inline(always)]
 pub fn cross_entropy<F: Row>(b: &Block, s: &Step) -> (f32, f32) {
-    let mut part = (0.0f32, 0.0f32);
-    let ring = F::V.ring();
-    if F::V.whole_block_meets(BUILT) {
-        part = row::<PER_OF_BLOCK>(b, s, ring);
-    } else if !b.skips_barrier() {
-        part = row::<PER_OF_TILE_WARPS>(b, s, ring);
-    }
+    let part = row::<PER_OF_BLOCK>(b, s, F::V.ring());
     sync_threads();
     part
 }

@@ -5,13 +5,12 @@
 //! the threads that computed its gradient, its fp16 copy where [`W1`] keeps it; W2 and b2 by the
 //! threads of warps 4-7, one element of each n-tile's dW2 (and of the db2) fragment each, after
 //! their W1 tiles (warp 0 has one tile more); b1 by the bias warp ([`bias_unit`]).
-use super::backward::bias_unit;
 use super::context::{Block, Step};
 use super::exchange::{Outbox, Sums, splits_w1};
+use super::owners::{bias_unit, w2_element};
 use super::weights::{W1, set_w2_half};
 use super::*;
 use crate::arch::*;
-use crate::layout::mma_c;
 use core::intrinsics::fmaf32;
 
 /// One SGD-with-momentum step of one parameter; returns the new weight.
@@ -20,22 +19,6 @@ pub fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
     *v = fmaf32(b.args.momentum, *v, g);
     *w = fmaf32(-b.args.lr, *v, *w);
     *w
-}
-
-/// The word of each n-tile's dW2 fragment (and of the db2 fragment) whose element of W2 (and
-/// b2) this thread updates, if [`w2_element`] gives it one: threads `128 + j` take word `j`.
-#[inline(always)]
-pub fn w2_word(b: &Block) -> usize {
-    b.tid % 128
-}
-
-/// The element of W2 this thread updates in each n-tile, if any: its class and its unit in the
-/// n-tile.
-#[inline(always)]
-pub fn w2_element(b: &Block) -> Option<(usize, usize)> {
-    let j = w2_word(b);
-    let (c, unit) = mma_c(j / 4, j % 4);
-    (b.tid >= 128 && c < b.classes).then_some((c, unit))
 }
 
 /// The step's update of every parameter of the slice this block updates, from the slice's

@@ -125,11 +125,6 @@ impl Variant {
     pub const fn clustered(&self, target: Target) -> bool {
         target.clusters() && self.parts == PAIR
     }
-    /// Whether every warp of a block meets the grid barrier: on Hopper, and where no warp
-    /// loads during the forward (a ring, or one whole-batch buffer).
-    pub const fn whole_block_meets(&self, target: Target) -> bool {
-        target.clusters() || !matches!(self.batch, Batch::Double)
-    }
     /// Whether it runs with `stages` ring stages (any count where it has no ring).
     pub const fn takes_stages(&self, stages: usize) -> bool {
         !self.ring() || (self.stages.0 <= stages && stages <= self.stages.1)
@@ -211,8 +206,9 @@ macro_rules! persistent_variants {
             // Hopper, many slices of 8 units (from 24): two buffers, the partial logits added
             // by bulk reductions.
             (bulk, Double, 2, 1, Registers, Bulk, [f16], from 90, 24, -),
-            // Two buffers of half the batch each (at MNIST's size only Hopper's 227 KiB).
-            (whole, Double, 2, 1, Registers, Red, [f16 f32], from 80, 1, -),
+            // Two buffers of half the batch each (at MNIST's size only Hopper's 227 KiB), the
+            // next batch fetched by the copy engine.
+            (whole, Double, 2, 1, Registers, Red, [f16 f32], from 90, 1, -),
             // One buffer of half the batch (an A100's 163 KiB), or of a quarter (99 KiB).
             (single, Single, 2, 1, Registers, Red, [f16 f32], from 80, 1, -),
             (quarters, Single, 4, 1, Registers, Red, [f16 f32], from 80, 1, -),
@@ -361,8 +357,10 @@ mod tests {
                 assert!(v.single() && v.parts == PAIR && v.archs.min >= 90, "{name}");
             }
             assert!(v.n == 1 || v.accums == [Accum::F16], "{name}");
-            // Bulk reductions and clusters are Hopper's.
+            // Bulk reductions, and two buffers (one filled by the copy engine while the step
+            // reads the other), are Hopper's.
             assert!(!v.bulk() || (v.archs.min >= 90 && !v.ring()), "{name}");
+            assert!(v.batch != Batch::Double || v.archs.min >= 90, "{name}");
             // W1's copy in registers: sm_75's quarters, which have no `cp.async`.
             if v.w1_copy_in_registers() {
                 assert!(
@@ -404,7 +402,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(SM75), ["quarters_regs", "streamed_regs"]);
-        assert_eq!(names(SM80), ["whole", "single", "quarters", "streamed"]);
+        assert_eq!(names(SM80), ["single", "quarters", "streamed"]);
     }
 
     /// The layouts the host sizes launches by are the kernel's: each variant's is the `Smem`
