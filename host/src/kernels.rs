@@ -1,8 +1,8 @@
-//! The name of every kernel the host launches, as the gpu crate exports it, in one place. A CPU
-//! test finds each in every embedded PTX that should hold it, so a misspelt name fails the test
-//! suite rather than a run.
-use crate::gemm::Version;
-use gpu::gemm::{Accum, Layout, simt_kernel, tensor_kernel};
+//! The name of every kernel the host launches, as the gpu crate exports it, in one place: the
+//! GEMM ladder's are built from its versions (`gemm::Version::kernel`), the persistent kernel's
+//! from its variants (`gpu::persistent::VARIANTS`). A CPU test finds each in every embedded PTX
+//! that should hold it, so a misspelt name fails the test suite rather than a run.
+use gpu::gemm::Accum;
 
 /// Declares each name as a constant and lists it in [`NAMED`] with the oldest architecture
 /// (compute capability ×10) whose PTX exports it.
@@ -62,20 +62,12 @@ pub const ROOFS: [(&str, usize, Accum); 4] = [
     (ROOF_K16_F32, 16, Accum::F32),
 ];
 
-/// The GEMM kernel of `v` for `layout`, named as the gpu crate names it from its version list
-/// and tile table.
-pub fn gemm(v: Version, layout: Layout) -> String {
-    match v {
-        Version::Simt(s) => simt_kernel(s, layout),
-        Version::Direct => simt_kernel(&v.label(), layout),
-        Version::Tensor(c, acc) => tensor_kernel(c, layout, acc),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::Version;
     use crate::ptx::{EMBEDDED, EmbeddedPtx};
+    use gpu::gemm::Layout;
     use gpu::persistent::VARIANTS;
 
     /// The persistent kernel's variants that `p` exports, each with the names of its kernels.
@@ -97,7 +89,7 @@ mod tests {
             .collect();
         names.extend(persistent_kernels(p));
         for v in Version::all_in(p.target()) {
-            names.extend(Layout::ALL.iter().map(|&l| gemm(v, l)));
+            names.extend(Layout::ALL.iter().map(|&l| v.kernel(l)));
         }
         names
     }
@@ -193,7 +185,7 @@ mod tests {
                 .filter(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()));
             for v in wgmma {
                 for l in Layout::ALL {
-                    let name = gemm(v, l);
+                    let name = v.kernel(l);
                     let args = one_block::<gpu::gemm::Args>(&name);
                     let maps = format!(
                         ".param .align 64 .b8 {name}_param_1[{}]",
@@ -207,11 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn gemm_names_cover_every_version_layout_and_accumulator() {
-        let c = &gpu::gemm::TILE_CONFIGS[0];
-        let v = Version::Tensor(c, Accum::F32);
-        assert_eq!(gemm(v, Layout::TN), format!("gemm_{}_tn_f32", c.name));
-        assert_eq!(gemm(Version::Simt("smem"), Layout::NT), "gemm_smem_nt");
+    fn in_ptx_of_follows_the_oldest_architecture() {
         assert!(in_ptx_of(ROOF_K8_F16, 75) && !in_ptx_of(ROOF_K16_F16, 75));
     }
 }

@@ -2,6 +2,7 @@
 pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;
+pub mod info;
 pub mod iris;
 pub mod kernels;
 pub mod mlp;

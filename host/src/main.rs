@@ -245,58 +245,6 @@ fn parse_slice_units(s: &str) -> Result<usize, String> {
     }
 }
 
-fn info(gpu: &Gpu) -> Result<()> {
-    let (free, total) = gpu.mem_info()?;
-    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
-    println!("GPU:                {}", gpu.name()?);
-    println!("compute capability: sm_{}", gpu.sm);
-    println!("multiprocessors:    {}", gpu.sm_count());
-    println!(
-        "memory:             {:.1} GiB total, {:.1} GiB free",
-        gib(total),
-        gib(free)
-    );
-    let smem = gpu.max_smem_optin() / 1024;
-    match gpu.options.max_smem {
-        Some(_) => println!(
-            "shared memory:      {smem} KiB per block (capped by --max-smem-kb; the GPU allows {} KiB with opt-in)",
-            gpu.device_max_smem_optin() / 1024
-        ),
-        None => println!("shared memory:      {smem} KiB per block (opt-in)"),
-    }
-    let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
-    let cubins: Vec<_> = ptx::EMBEDDED
-        .iter()
-        .filter(|p| p.cubin.is_some())
-        .map(|p| p.arch)
-        .collect();
-    println!("embedded PTX:       {}", built.join(", "));
-    println!(
-        "embedded cubins:    {}",
-        if cubins.is_empty() {
-            format!("none ({})", ptx::CUBINS_SKIPPED.unwrap_or("not assembled"))
-        } else {
-            cubins.join(", ")
-        }
-    );
-    println!(
-        "PTX chosen:         {} ({})",
-        gpu.ptx.arch,
-        gpu.ptx_choice()
-    );
-    println!("module:             {}", gpu.module_source());
-    println!("persistent kernel variants (batch 128 × 784, in the order the host prefers them):");
-    for line in host::mlp::persistent::describe_variants(gpu) {
-        println!("{line}");
-    }
-    let kernels = ptx::kernels(gpu.ptx.source);
-    println!("kernels ({}):", kernels.len());
-    for k in kernels {
-        println!("  {k}");
-    }
-    Ok(())
-}
-
 fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
     let versions = a
         .config
@@ -355,7 +303,7 @@ fn run(cli: Cli) -> Result<()> {
     let device = cli.device;
     let open = || Gpu::with_options(device, &opts);
     match cli.command {
-        Command::Info => info(&open()?),
+        Command::Info => host::info::print(&open()?),
         Command::Gemm(a) => gemm(&open()?, &a),
         Command::Regression(a) => regression(&open()?, &a),
         Command::Mnist(a) => {
@@ -400,106 +348,15 @@ fn regression_options(a: &RegressionArgs, points: usize) -> host::regression::Op
 }
 
 fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
-    use host::regression::{self as r, Regression, Variant};
-    let variants: Vec<Variant> = a
-        .variant
-        .map(|v| vec![v])
-        .unwrap_or_else(|| Variant::ALL.to_vec());
-    let sizes = match (a.sweep, a.sweep_points.is_empty()) {
-        (true, true) => vec![1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000],
-        (true, false) => a.sweep_points.clone(),
-        (false, _) => vec![a.points],
-    };
-    let bw = r::copy_bandwidth(gpu)?;
-    println!(
-        "linear regression on {}: {} epochs, lr {}, init w={} b={}, data y = {}·x + {} + N(0, {}²), seed {}",
-        gpu.name()?,
-        a.epochs,
-        a.lr,
-        r::W0,
-        r::B0,
-        a.w,
-        a.b,
-        a.noise,
-        a.seed
-    );
-    println!(
-        "device-to-device copy bandwidth (read + write): {:.0} GB/s",
-        bw / 1e9
-    );
-    let mut csv = String::from(r::CSV_HEADER);
-    for &n in &sizes {
-        let o = regression_options(a, n);
-        let reg = Regression::new(gpu, &o)?;
-        let roof = r::roofline_ms(reg.n_train, a.epochs, bw);
-        println!(
-            "\n{n} points ({} train, {} test); roofline {roof:.3} ms ({} epochs × 8 B × {} train points at the copy bandwidth)",
-            reg.n_train, reg.n_test, a.epochs, reg.n_train
-        );
-        println!(
-            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10}",
-            "variant", "total_ms", "ms/epoch", "w", "b", "train_loss", "test_loss", "×roofline"
-        );
-        let mut outcomes = Vec::new();
-        for &v in &variants {
-            reg.run(v, None)?; // warm-up (module load, graph instantiation paths)
-            let out = reg.run(v, None)?;
-            println!(
-                "{:<8} {:>10.3} {:>10.4} {:>10.6} {:>10.6} {:>12.6} {:>12.6} {:>10.2}",
-                v.name(),
-                out.ms,
-                out.ms / a.epochs as f64,
-                out.w,
-                out.b,
-                out.train_loss,
-                out.test_loss,
-                out.ms / roof
-            );
-            csv += &r::csv_row(n, &out, a.epochs, roof);
-            outcomes.push(out);
-        }
-        let same = outcomes
-            .windows(2)
-            .all(|p| p[0].w == p[1].w && p[0].b == p[1].b && p[0].history == p[1].history);
-        if outcomes.len() > 1 {
-            println!(
-                "all variants computed the same w, b and loss history: {}",
-                if same { "yes" } else { "NO" }
-            );
-            anyhow::ensure!(
-                same,
-                "variants disagree: {:?}",
-                outcomes
-                    .iter()
-                    .map(|o| (o.variant.name(), o.w, o.b))
-                    .collect::<Vec<_>>()
-            );
-        }
-        if !a.sweep {
-            let ops = reg.op_times()?;
-            let line: Vec<String> = ops
-                .iter()
-                .map(|(op, ms)| format!("{op} {ms:.4} ms"))
-                .collect();
-            println!("per-op time of one unfused epoch: {}", line.join(", "));
-        }
-        if let Some(path) = &a.trace {
-            let v = a.variant.unwrap_or(Variant::Unfused);
-            let mut t = r::Trace::default();
-            reg.run(v, Some(&mut t))?;
-            t.write_chrome(path, v.name())?;
-            println!(
-                "wrote a Chrome trace of the {} variant to {}",
-                v.name(),
-                path.display()
-            );
-        }
+    host::regression::report::Report {
+        options: regression_options(a, a.points),
+        variant: a.variant,
+        sweep: a.sweep,
+        sweep_points: a.sweep_points.clone(),
+        trace: a.trace.clone(),
+        csv: a.csv.clone(),
     }
-    if let Some(path) = &a.csv {
-        host::write_atomic(path, csv.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
+    .run(gpu)
 }
 
 fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options> {

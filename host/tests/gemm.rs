@@ -3,7 +3,8 @@
 use gpu::gemm::{Accum, Layout, SGD_DEEP, SGD_SHALLOW};
 use half::f16;
 use host::cuda::{Gpu, dptr};
-use host::gemm::{self, EpilogueInputs, Problem, Ptrs, SgdStep, Usage, Version, Weights, accum_of};
+use host::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
+use host::gemm_bench::reference::{self, EpilogueInputs, Weights, accum_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const SHAPES: [(usize, usize, usize); 6] = [
@@ -93,7 +94,7 @@ fn check_at(
         .unwrap();
     gemm::launch(g, v, p, ptrs).unwrap();
     let got = g.download(&dc).unwrap();
-    let c = gemm::check(p, accum_of(v), &a, &b, inputs, &got, samples);
+    let c = reference::check(p, accum_of(v), &a, &b, inputs, &got, samples);
     assert_eq!(
         c.failures,
         0,
@@ -194,7 +195,7 @@ fn check_sgd(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
         velocity: &v1,
     };
     let got = g.download(&dc).unwrap();
-    let c = gemm::check_sgd(p, accum_of(v), (&a, &b), before, after, &got, None);
+    let c = reference::check_sgd(p, accum_of(v), (&a, &b), before, after, &got, None);
     assert_eq!(
         c.failures,
         0,

@@ -1,18 +1,23 @@
-//! `host gemm`: every version × configuration × size, checked and timed against cuBLAS.
+//! `host gemm`: every version × configuration × size, checked against the CPU reference
+//! (`reference`) and timed against cuBLAS (`cublas`).
+mod cublas;
 mod operands;
 mod pair;
+pub mod reference;
 mod shapes;
 
 pub use shapes::{Entry, Epilogue, Pair, Shape, default_entries, default_shapes};
 
 use crate::cuda::{Gpu, dptr};
-use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Usage, Version, accum_of};
+use crate::gemm::{self, Problem, Ptrs, Usage, Version};
 use anyhow::{Context, Result, ensure};
+use cublas::Cublas;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::{Accum, ROOF_CHAINS};
 use half::f16;
 use operands::Operands;
 use rand::{Rng, SeedableRng, rngs::StdRng};
+use reference::{Check, accum_of};
 use std::io::Write;
 
 /// One measured row of the table. A pair's row has the dimensions of its `main` product and

@@ -1,9 +1,11 @@
 //! A shape's operands on the host and on the GPU, cuBLAS's calls on them, and the checks of what
 //! a call left.
+use super::cublas::{self, Cublas};
 use super::random;
+use super::reference::{self, Check, EpilogueInputs, Weights};
 use super::shapes::{Epilogue, STEP, Shape};
 use crate::cuda::{Gpu, dptr};
-use crate::gemm::{self, Check, Cublas, EpilogueInputs, Problem, Ptrs, Weights};
+use crate::gemm::{Problem, Ptrs};
 use crate::mlp::model::sgd_update;
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
@@ -156,7 +158,9 @@ impl Operands {
                 velocity: &v1,
             };
             let ab = (&self.a[..], &self.b[..]);
-            return Ok(gemm::check_sgd(p, acc, ab, before, after, &got, samples));
+            return Ok(reference::check_sgd(
+                p, acc, ab, before, after, &got, samples,
+            ));
         }
         let input = Some(&self.input[..]);
         let inputs = EpilogueInputs {
@@ -164,7 +168,9 @@ impl Operands {
             gate: input.filter(|_| self.epilogue == Epilogue::Gate && gated),
             ..EpilogueInputs::default()
         };
-        Ok(gemm::check(p, acc, &self.a, &self.b, inputs, &got, samples))
+        Ok(reference::check(
+            p, acc, &self.a, &self.b, inputs, &got, samples,
+        ))
     }
 
     /// cuBLAS's product with `compute`, and the separate kernel of the epilogue where the
@@ -175,7 +181,7 @@ impl Operands {
             Epilogue::None | Epilogue::Gate => blas.gemm(&self.p, ptrs, compute),
             Epilogue::BiasRelu => {
                 blas.gemm(&self.p, ptrs, compute)?;
-                gemm::launch_bias_act(gpu, blas.stream(), &self.p, (ptrs.c, ptrs.bias))
+                cublas::launch_bias_act(gpu, blas.stream(), &self.p, (ptrs.c, ptrs.bias))
             }
             Epilogue::Step => {
                 let gradient = self

@@ -3,11 +3,13 @@
 //! together against cuBLAS's pair (each product followed by `sgd_update` on its stream), they
 //! measure what timing each product alone cannot: how the two share the GPU, which decides the
 //! tile of a GEMM beside another (`gemm::Usage::beside`).
+use super::cublas::Cublas;
 use super::operands::Operands;
+use super::reference::Check;
 use super::shapes::Pair;
 use super::{Bench, Row, Work, row, time_ms};
 use crate::cuda::{Gpu, SideStream, dptr};
-use crate::gemm::{self, Check, Cublas, Problem, Ptrs, Usage, Version};
+use crate::gemm::{self, Problem, Ptrs, Usage, Version};
 use anyhow::Result;
 use cudarc::driver::{CudaSlice, CudaStream};
 use gpu::gemm::Accum;

@@ -1,5 +1,7 @@
 //! `host regression`: the seed study's linear regression, `y = w·x + b` by full-batch gradient
 //! descent on MSE, in four variants that compute identical results at different speeds.
+pub mod report;
+
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg};
 use crate::kernels;
 use anyhow::{Context, Result, ensure};
@@ -472,28 +474,6 @@ impl Trace {
     }
 }
 
-/// Device-to-device copy bandwidth in bytes/s (bytes read plus written), for the roofline.
-pub fn copy_bandwidth(gpu: &Gpu) -> Result<f64> {
-    let (free, _) = gpu.mem_info()?;
-    let bytes = (free / 8).min(1 << 30);
-    let src = gpu.zeros::<u8>(bytes)?;
-    let mut dst = gpu.zeros::<u8>(bytes)?;
-    let t = gpu.timer()?;
-    gpu.stream.memcpy_dtod(&src, &mut dst)?;
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        t.start()?;
-        gpu.stream.memcpy_dtod(&src, &mut dst)?;
-        best = best.min(t.stop_ms()? as f64);
-    }
-    Ok(2.0 * bytes as f64 / (best / 1000.0))
-}
-
-/// The least time `epochs` epochs can take: each must read x and y of every training point.
-pub fn roofline_ms(n_train: usize, epochs: usize, bandwidth: f64) -> f64 {
-    epochs as f64 * 8.0 * n_train as f64 / bandwidth * 1000.0
-}
-
 /// CPU f64 reference: gradient descent from the study's initial point on the given data.
 pub fn reference(x: &[f32], y: &[f32], epochs: usize, lr: f32) -> (f64, f64, Vec<f64>) {
     let (mut w, mut b) = (W0 as f64, B0 as f64);
@@ -513,24 +493,6 @@ pub fn reference(x: &[f32], y: &[f32], epochs: usize, lr: f32) -> (f64, f64, Vec
     }
     (w, b, hist)
 }
-
-/// One CSV line per outcome (`n,variant,total_ms,ms_per_epoch,w,b,train_loss,test_loss,roofline_ms`).
-pub fn csv_row(n: usize, o: &Outcome, epochs: usize, roofline: f64) -> String {
-    format!(
-        "{n},{},{:.4},{:.6},{},{},{:.6},{:.6},{:.4}\n",
-        o.variant.name(),
-        o.ms,
-        o.ms / epochs as f64,
-        o.w,
-        o.b,
-        o.train_loss,
-        o.test_loss,
-        roofline
-    )
-}
-
-pub const CSV_HEADER: &str =
-    "n,variant,total_ms,ms_per_epoch,w,b,train_loss,test_loss,roofline_ms\n";
 
 #[cfg(test)]
 mod tests {
@@ -599,10 +561,5 @@ mod tests {
             e.contains("2000000000 points need 30.00 GiB") && e.contains("16.00 GiB free"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn roofline_counts_x_and_y_once_per_epoch() {
-        assert_eq!(roofline_ms(1_000_000, 200, 8e11), 2.0);
     }
 }

@@ -1,0 +1,154 @@
+//! The configuration, K split and version the host runs a product with when none is forced.
+use super::version::Version;
+use crate::cuda::Gpu;
+use anyhow::Result;
+use gpu::gemm::{Accum, SGD_DEEP, TILE_CONFIGS, TileConfig};
+
+/// How many K slices to give an output too small to fill the GPU: enough blocks for about two
+/// per SM, each slice at least 2 K steps deep, at most 32 slices.
+pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
+    let tiles = c.tiles(m, n);
+    let sms = gpu.sm_count() as usize;
+    Ok(if 2 * tiles > sms {
+        1
+    } else {
+        (2 * sms / tiles).min(k / (2 * c.block.2)).clamp(1, 32)
+    })
+}
+
+/// The smallest tile a GEMM beside another kernel takes where smaller ones would give more
+/// than half the SMs a block ([`choose_config`]).
+const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
+
+/// How a GEMM runs, besides its dimensions, where that changes the configuration the host
+/// picks for it ([`choose_config`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    /// Another kernel runs at the same time, on another stream.
+    pub beside: bool,
+    /// The epilogue takes an SGD step ([`Problem::sgd`](super::Problem::sgd)).
+    pub steps: bool,
+    /// A's and B's rows start 16-byte aligned (leading dimensions of multiples of 8 elements,
+    /// from aligned addresses), so that the copy engine can read them for the `wgmma` rungs.
+    pub copy_engine: bool,
+}
+
+impl Usage {
+    /// A product's usage whose operands have leading dimensions `lda` and `ldb`, from
+    /// 16-byte-aligned addresses.
+    pub fn aligned(lda: usize, ldb: usize) -> Usage {
+        Usage {
+            copy_engine: lda.is_multiple_of(8) && ldb.is_multiple_of(8),
+            ..Usage::default()
+        }
+    }
+}
+
+/// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
+/// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
+/// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
+/// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
+/// barriers; a short K pays for zero-filled depth instead).
+///
+/// `usage.beside`: another kernel runs at the same time, on another stream. Then a tile under
+/// 64×64 takes part only where its tiles number at most half the SMs: more of them spread over
+/// nearly every SM and keep the other kernel's large blocks out, which measured slower although
+/// the GEMM alone ran faster; fewer leave the other kernel SMs of its own, and finish sooner
+/// (`docs/gemm.md`).
+///
+/// `usage.steps`: the epilogue takes an SGD step. Then only tiles whose threads keep
+/// [`SGD_DEEP`] quads of master weights and velocity in flight take part: at a short K those 16
+/// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
+/// tiles leaves DRAM waiting (`docs/gemm.md`).
+///
+/// `usage.copy_engine`, without a step: on sm_90a PTX the `wgmma` rung of [`choose_wgmma`]
+/// where one fits the product, before any `mma.sync` one.
+pub fn choose_config(
+    gpu: &Gpu,
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+) -> Result<&'static TileConfig> {
+    let smem = gpu.max_smem_optin();
+    let sms = gpu.sm_count() as usize;
+    if usage.copy_engine
+        && !usage.steps
+        && let Some(c) = choose_wgmma(gpu, (m, n, k))
+    {
+        return Ok(c);
+    }
+    let mma_sync = || {
+        TILE_CONFIGS
+            .iter()
+            .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
+    };
+    let best_sm = mma_sync().map(|c| c.min_sm).max();
+    let area = |c: &TileConfig| c.block.0 * c.block.1;
+    let tiles = |c: &TileConfig| c.tiles(m, n);
+    let beside_ok =
+        |c: &TileConfig| area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1 || 2 * tiles(c) <= sms;
+    let usable: Vec<_> = mma_sync()
+        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
+        .filter(|c| !usage.beside || beside_ok(c))
+        .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
+        .collect();
+    let depth = |c: &TileConfig| {
+        let bk = c.block.2 as isize;
+        if c.block.2 <= k { bk } else { -bk }
+    };
+    let filling = usable
+        .iter()
+        .filter(|c| tiles(c) >= sms)
+        .max_by_key(|c| (area(c), depth(c).min(0)));
+    filling
+        .or_else(|| {
+            usable
+                .iter()
+                .max_by_key(|c| (tiles(c), std::cmp::Reverse(area(c)), depth(c)))
+        })
+        .copied()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no tensor-core GEMM configuration of the {} PTX fits: {}",
+                gpu.ptx.arch,
+                gpu.describe_smem_limit()
+            )
+        })
+}
+
+/// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
+/// fills a K step of 64: the largest tile whose blocks leave at most an eighth of the SMs
+/// without one. A warpgroup block computes its tile several times as fast as `mma.sync`
+/// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do
+/// (measured in `docs/gemm.md`, "64-wide warpgroup tiles"). Among equal tiles, the last row of
+/// the table.
+fn choose_wgmma(gpu: &Gpu, (m, n, k): (usize, usize, usize)) -> Option<&'static TileConfig> {
+    let sms = gpu.sm_count() as usize;
+    let target = gpu.ptx.target();
+    TILE_CONFIGS
+        .iter()
+        .filter(|c| c.is_wgmma() && c.in_ptx(target.sm, target.specific))
+        .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && c.block.2 <= k)
+        .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
+        .max_by_key(|c| c.block.0 * c.block.1)
+}
+
+/// The depth of a product the direct rung computes in one step: one `m16n8k16`.
+const DIRECT_K: usize = 16;
+
+/// The version and K split the host runs an M×N×K product with when none is forced: the
+/// direct rung for a product of one K step that takes no SGD step, where the PTX holds it
+/// (`docs/gemm.md` has the measurement; it accumulates in fp32 whatever `acc` asks, which one
+/// k step does not make slower); else [`choose_config`]'s tile with `acc`, split as
+/// [`choose_split`] says.
+pub fn choose_version(
+    gpu: &Gpu,
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+    acc: Accum,
+) -> Result<(Version, usize)> {
+    if k <= DIRECT_K && !usage.steps && Version::Direct.in_ptx(gpu.ptx.target()) {
+        return Ok((Version::Direct, 1));
+    }
+    let c = choose_config(gpu, (m, n, k), usage)?;
+    Ok((Version::Tensor(c, acc), choose_split(gpu, c, m, n, k)?))
+}
