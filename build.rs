@@ -81,7 +81,7 @@ fn main() {
 /// Hopper's bulk copies and mbarrier transaction counts need PTX 8.0, and `st.async` (the
 /// persistent kernel's messages to its partner block) 8.1; rustc's default for sm_90 is 7.8.
 fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
-    let ptx_isa = if sm >= 90 {
+    let ptx_isa = if gpu::target::Target::portable(sm).clusters() {
         " -C target-feature=+ptx81"
     } else {
         ""

@@ -43,6 +43,12 @@ impl Target {
         self.sm >= 90
     }
 
+    /// Programmatic dependent launches (`griddepcontrol`, sm_90): a kernel scheduled while the
+    /// one before it drains, which it waits for on the GPU.
+    pub const fn dependent_launches(self) -> bool {
+        self.sm >= 90
+    }
+
     /// Warpgroup MMA (`wgmma`) fed by tensor copies: the architecture-specific sm_90a PTX.
     pub const fn wgmma(self) -> bool {
         self.specific && self.sm == 90

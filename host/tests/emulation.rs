@@ -73,7 +73,7 @@ fn sm75_ptx_trains_mnist_on_the_persistent_kernel() {
     assert_eq!(
         gemm::choose_config(&g, (128, 128, 784), Usage::default())
             .unwrap()
-            .min_sm,
+            .min_sm(),
         75
     );
     let ds = mnist();
@@ -97,7 +97,7 @@ fn over_64_kib(g: &Gpu) -> Vec<&'static TileConfig> {
     let arch = g.ptx.target();
     let big: Vec<_> = TILE_CONFIGS
         .iter()
-        .filter(|c| c.in_ptx(arch.sm, arch.specific) && c.smem_bytes() > KIB_64)
+        .filter(|c| c.in_ptx(arch) && c.smem_bytes() > KIB_64)
         .collect();
     assert!(
         !big.is_empty(),
@@ -213,7 +213,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
     for (m, n, k) in [(4096, 4096, 4096), (128, 128, 784), (128, 784, 128)] {
         let c = gemm::choose_config(&g, (m, n, k), Usage::default()).unwrap();
         assert!(
-            c.smem_bytes() <= KIB_64 && c.min_sm == 80,
+            c.smem_bytes() <= KIB_64 && c.min_sm() == 80,
             "{m}×{n}×{k}: {}",
             c.name
         );

@@ -313,23 +313,21 @@ fn bad_configs_are_errors() {
         instruction: (16, 8, 8),
         stages: 4,
         cluster_m: 1,
-        min_sm: 75,
+        mainloop: gpu::gemm::Mainloop::Staged,
     }));
     let p = Problem::new(64, 64, 64, Layout::NN);
     let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();
     assert!(e.to_string().contains("shared memory"), "{e}");
     // A configuration the loaded PTX lacks (there is one unless it is sm_90a).
     let arch = g.ptx.target();
-    for c in gpu::gemm::TILE_CONFIGS
-        .iter()
-        .filter(|c| !c.in_ptx(arch.sm, arch.specific))
-    {
+    for c in gpu::gemm::TILE_CONFIGS.iter().filter(|c| !c.in_ptx(arch)) {
         let v = Version::Tensor(c, gpu::gemm::Accum::F16);
         let e = gemm::launch(&g, v, &p, none).unwrap_err().to_string();
         let a = if c.is_wgmma() { "a" } else { "" };
         let needs = format!(
             "needs sm_{}{a} PTX, but the {} PTX is loaded",
-            c.min_sm, g.ptx.arch
+            c.min_sm(),
+            g.ptx.arch
         );
         assert!(e.contains(&needs), "{e}");
     }
@@ -555,7 +553,7 @@ fn automatic_choice_fits_the_k_slice_to_k() {
     let depths = |c: &gpu::gemm::TileConfig| -> Vec<usize> {
         gpu::gemm::TILE_CONFIGS
             .iter()
-            .filter(|r| (r.block.0, r.block.1, r.min_sm) == (c.block.0, c.block.1, c.min_sm))
+            .filter(|r| (r.block.0, r.block.1, r.mainloop) == (c.block.0, c.block.1, c.mainloop))
             .map(|r| r.block.2)
             .collect()
     };

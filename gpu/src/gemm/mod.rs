@@ -15,6 +15,8 @@
 //! takes their SGD step, writing the new fp16 copy to C. On one GPU an MLP's weights take their
 //! update this way, with no gradient written and read back.
 
+use crate::target::Target;
+
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod direct;
 #[cfg(target_arch = "nvptx64")]
@@ -137,14 +139,48 @@ pub struct TileConfig {
     /// Blocks of a cluster along M (`wgmma` rows; 1 elsewhere), which need the same B tiles:
     /// each loads a share, which the copy engine multicasts to all of them.
     pub cluster_m: usize,
-    /// Lowest compute capability (×10) the kernel runs on.
-    pub min_sm: u32,
+    /// How the mainloop stages and multiplies the tiles, which decides the PTX it needs.
+    pub mainloop: Mainloop,
+}
+
+/// A configuration's mainloop, named by its row of [`tile_configs!`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mainloop {
+    /// A double buffer staged through registers, `mma.sync` m16n8k8 (sm_75).
+    Staged,
+    /// A `cp.async` multi-stage pipeline, `mma.sync` m16n8k16 (sm_80).
+    CpAsync,
+    /// Tensor copies of the copy engine into 128-byte-swizzled tiles, `wgmma` (sm_90a).
+    Wgmma,
+}
+
+impl Mainloop {
+    /// Whether PTX built for `target` has the instructions of this mainloop.
+    pub const fn in_ptx(self, target: Target) -> bool {
+        match self {
+            Mainloop::Staged => true,
+            Mainloop::CpAsync => target.cp_async(),
+            Mainloop::Wgmma => target.wgmma(),
+        }
+    }
+    /// The oldest architecture whose PTX has it (compute capability ×10).
+    pub const fn min_sm(self) -> u32 {
+        match self {
+            Mainloop::Staged => 75,
+            Mainloop::CpAsync => 80,
+            Mainloop::Wgmma => 90,
+        }
+    }
 }
 
 impl TileConfig {
     /// A warpgroup rung: `wgmma` fed by tensor copies, which needs sm_90a PTX.
     pub const fn is_wgmma(&self) -> bool {
-        self.instruction.0 == descriptor::WGMMA_M
+        matches!(self.mainloop, Mainloop::Wgmma)
+    }
+    /// Lowest compute capability (×10) whose PTX holds the kernel.
+    pub const fn min_sm(&self) -> u32 {
+        self.mainloop.min_sm()
     }
     /// Warps, or on `wgmma` rows consumer warpgroups, of a block.
     const fn warp_tiles(&self) -> usize {
@@ -190,66 +226,62 @@ impl TileConfig {
             self.smem_bytes()
         }
     }
-    /// Whether PTX for compute capability `sm` holds the kernel; `specific`: the PTX is an
-    /// architecture-specific one. `wgmma` exists in sm_90a PTX alone.
-    pub const fn in_ptx(&self, sm: u32, specific: bool) -> bool {
-        if self.is_wgmma() {
-            specific && sm == 90
-        } else {
-            self.min_sm <= sm
-        }
+    /// Whether PTX built for `target` holds the kernel (`wgmma` exists in sm_90a PTX alone).
+    pub const fn in_ptx(&self, target: Target) -> bool {
+        self.mainloop.in_ptx(target)
     }
-    /// Uses `cp.async` (sm_80+) rather than register staging.
+    /// Copies without staging through registers (`cp.async`, or the copy engine).
     pub const fn is_async(&self) -> bool {
-        self.min_sm >= 80
+        !matches!(self.mainloop, Mainloop::Staged)
     }
 }
 
 /// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp (or
-/// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, minimum sm. All
-/// rows are compiled into every PTX whose architecture is at least the row's `min_sm` (`wgmma`
-/// rows, instruction M 64, into sm_90a PTX only); the host picks among them per shape.
+/// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, mainloop
+/// ([`Mainloop`]: `staged`, `cp_async` or `wgmma`). Each row is compiled into every PTX that
+/// has its mainloop's instructions (`wgmma` rows into sm_90a PTX only); the host picks among
+/// them per shape.
 #[macro_export]
 macro_rules! tile_configs {
     ($then:ident) => {
         $then! {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
-            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, 75),
-            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, 75),
+            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, staged),
+            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, staged),
             // Small tiles, for outputs of a few 64×64 tiles: four times the blocks.
-            (tc75_32x32x32_16x16, 32, 32, 32, 16, 16, 16, 8, 8, 2, 1, 75),
+            (tc75_32x32x32_16x16, 32, 32, 32, 16, 16, 16, 8, 8, 2, 1, staged),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
-            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, 80),
-            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, 80),
-            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 1, 80),
-            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 1, 80),
-            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, 80),
-            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, 80),
-            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, 80),
+            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, cp_async),
+            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, cp_async),
+            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 1, cp_async),
+            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 1, cp_async),
+            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, cp_async),
+            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, cp_async),
+            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, cp_async),
             // Small tiles, as on Turing.
-            (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, 80),
-            (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, 80),
+            (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, cp_async),
+            (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, cp_async),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
             // 64 wide: a batch of 128 rows over N/64 blocks, one an SM for N up to 8192.
-            (wg90_128x64x64_64x64_s4, 128, 64, 64, 64, 64, 64, 64, 16, 4, 1, 90),
-            (wg90_64x64x64_64x64_s4, 64, 64, 64, 64, 64, 64, 64, 16, 4, 1, 90),
-            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
-            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, 90),
+            (wg90_128x64x64_64x64_s4, 128, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma),
+            (wg90_64x64x64_64x64_s4, 64, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma),
+            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma),
+            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, wgmma),
             // Three stages of 128×128 (96 KiB) fit two blocks an SM.
-            (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, 90),
-            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, 90),
-            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, 90),
-            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 1, 90),
+            (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, wgmma),
+            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, wgmma),
+            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, wgmma),
+            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma),
             // Clusters of two blocks along M, which share each B tile (TMA multicast).
-            (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, 90),
-            (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, 90),
+            (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, wgmma),
+            (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, wgmma),
         }
     };
 }
 
 macro_rules! config_table {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $sm:expr),)*) => {
+        $st:expr, $cm:expr, $mainloop:ident),)*) => {
         /// Every tensor-core configuration, from [`tile_configs!`].
         pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
             name: stringify!($name),
@@ -258,8 +290,19 @@ macro_rules! config_table {
             instruction: ($im, $in, $ik),
             stages: $st,
             cluster_m: $cm,
-            min_sm: $sm,
+            mainloop: mainloop!($mainloop),
         }),*];
+    };
+}
+macro_rules! mainloop {
+    (staged) => {
+        Mainloop::Staged
+    };
+    (cp_async) => {
+        Mainloop::CpAsync
+    };
+    (wgmma) => {
+        Mainloop::Wgmma
     };
 }
 tile_configs!(config_table);
@@ -437,8 +480,11 @@ mod tests {
                 c.name
             );
             assert!(
-                c.instruction.2 == 8 || c.min_sm >= 80,
-                "{}: m16n8k16 needs sm_80",
+                matches!(
+                    (c.mainloop, c.instruction.2),
+                    (Mainloop::Staged, 8) | (Mainloop::CpAsync, 16)
+                ),
+                "{}: m16n8k8 with register staging (sm_75), m16n8k16 with cp.async (sm_80)",
                 c.name
             );
             // Each thread copies whole 16-byte chunks of both tiles, in both storage orientations.
@@ -458,6 +504,7 @@ mod tests {
         let rows: Vec<_> = TILE_CONFIGS.iter().filter(|c| c.is_wgmma()).collect();
         assert!(!rows.is_empty());
         for c in rows {
+            assert_eq!(c.instruction.0, descriptor::WGMMA_M, "{}", c.name);
             let (bm, bn, bk) = c.block;
             assert_eq!(bk, descriptor::BK, "{}", c.name);
             assert_eq!(c.warp.1, bn, "{}: warpgroups split M only", c.name);
@@ -469,7 +516,7 @@ mod tests {
             );
             assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);
             assert!(bm <= 256 && bm % 64 == 0, "{}: one box of A rows", c.name);
-            assert!(c.stages >= 2 && c.min_sm == 90, "{}", c.name);
+            assert!(c.stages >= 2 && c.min_sm() == 90, "{}", c.name);
             assert!(
                 matches!(c.cluster_m, 1 | 2 | 4) && (bn / c.cluster_m) % 64 == 0,
                 "{}: a cluster of at most 4 shares B in whole 64-wide boxes",

@@ -654,17 +654,17 @@ pub(super) fn store_pair_out_of_line(
 /// architecture supports: the `mma.sync` rows (`warpgroup` exports the `wgmma` ones).
 macro_rules! export_tensor {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $sm:tt),)*) => {$(
-        export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $sm);
+        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
+        export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $mainloop);
     )*};
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 75) => {
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, staged) => {
         export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, false);
     };
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 80) => {
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, cp_async) => {
         #[cfg(target_feature = "sm_80")]
         export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, true);
     };
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, 90) => {};
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, wgmma) => {};
     (@acc $($cfg:tt)*) => {
         export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
         export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);

@@ -372,17 +372,17 @@ fn release<const CM: usize>(bar: u32, r: u32) {
     }
 }
 
-/// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (minimum sm
-/// 90; this module is built into sm_90a PTX alone): block tile `bm`×`bn`, warpgroup tile
+/// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (this
+/// module is built into sm_90a PTX alone): block tile `bm`×`bn`, warpgroup tile
 /// `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
 macro_rules! export_warpgroup {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $sm:tt),)*) => {$(
-        export_warpgroup!(@sm $sm, $name, $bm, $bn, $wm, ($st, $cm));
+        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
+        export_warpgroup!(@sm $mainloop, $name, $bm, $bn, $wm, ($st, $cm));
     )*};
     // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
     // both. `pipe`: stages and cluster.
-    (@sm 90, $name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt) => {
+    (@sm wgmma, $name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt) => {
         export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $pipe);

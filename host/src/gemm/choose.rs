@@ -79,15 +79,15 @@ pub fn choose_config(
     let mma_sync = || {
         TILE_CONFIGS
             .iter()
-            .filter(|c| c.min_sm <= gpu.ptx.sm && !c.is_wgmma())
+            .filter(|c| c.in_ptx(gpu.ptx.target()) && !c.is_wgmma())
     };
-    let best_sm = mma_sync().map(|c| c.min_sm).max();
+    let best_sm = mma_sync().map(|c| c.min_sm()).max();
     let area = |c: &TileConfig| c.block.0 * c.block.1;
     let tiles = |c: &TileConfig| c.tiles(m, n);
     let beside_ok =
         |c: &TileConfig| area(c) >= BESIDE_MIN_TILE.0 * BESIDE_MIN_TILE.1 || 2 * tiles(c) <= sms;
     let usable: Vec<_> = mma_sync()
-        .filter(|c| Some(c.min_sm) == best_sm && c.smem_bytes() <= smem)
+        .filter(|c| Some(c.min_sm()) == best_sm && c.smem_bytes() <= smem)
         .filter(|c| !usage.beside || beside_ok(c))
         .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
         .collect();
@@ -126,7 +126,7 @@ fn choose_wgmma(gpu: &Gpu, (m, n, k): (usize, usize, usize)) -> Option<&'static 
     let target = gpu.ptx.target();
     TILE_CONFIGS
         .iter()
-        .filter(|c| c.is_wgmma() && c.in_ptx(target.sm, target.specific))
+        .filter(|c| c.is_wgmma() && c.in_ptx(target))
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && c.block.2 <= k)
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
         .max_by_key(|c| c.block.0 * c.block.1)

@@ -174,7 +174,7 @@ fn launch_sliced(
         CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
         |v| v.programmaticStreamSerializationAllowed = 1,
     )];
-    let hopper = gpu.ptx.sm >= 90;
+    let hopper = gpu.ptx.target().dependent_launches();
     let blocks = cfg.grid_dim.0 * cfg.grid_dim.1 * splits as u32;
     let one_pass = hopper && blocks <= gpu.sm_count();
     let mut args = [arg(params), arg(&ws), arg(&k_slice)];

@@ -46,7 +46,7 @@ impl Version {
         match self {
             Version::Simt(_) => 0,
             Version::Direct => DIRECT_MIN_SM,
-            Version::Tensor(c, _) => c.min_sm,
+            Version::Tensor(c, _) => c.min_sm(),
         }
     }
 
@@ -116,7 +116,7 @@ impl Version {
     /// Whether the PTX of architecture `arch` holds the version.
     pub(super) fn in_ptx(&self, arch: Target) -> bool {
         match self {
-            Version::Tensor(c, _) => c.in_ptx(arch.sm, arch.specific),
+            Version::Tensor(c, _) => c.in_ptx(arch),
             _ => self.min_sm() <= arch.sm,
         }
     }
@@ -127,10 +127,7 @@ impl Version {
         if Version::Direct.in_ptx(arch) {
             v.push(Version::Direct);
         }
-        for c in TILE_CONFIGS
-            .iter()
-            .filter(|c| c.in_ptx(arch.sm, arch.specific))
-        {
+        for c in TILE_CONFIGS.iter().filter(|c| c.in_ptx(arch)) {
             v.push(Version::Tensor(c, Accum::F16));
             v.push(Version::Tensor(c, Accum::F32));
         }
