@@ -1,5 +1,5 @@
 //! The architecture a PTX module is built for, as one type that the kernels (through
-//! [`BUILT`]) and the host (for the module it loads) ask the same questions of: which
+//! `BUILT`) and the host (for the module it loads) ask the same questions of: which
 //! instructions it has. Nothing else in the project compares architecture numbers.
 
 /// An architecture as `GPU_ARCHS` and `--ptx` write it: `sm_80`, or `sm_90a`, the

@@ -81,6 +81,8 @@ pub struct Gpu {
 
 impl Gpu {
     /// Opens device `ordinal` with the newest embedded PTX it runs and its whole shared memory.
+    /// Without a driver or a device this is an error of one sentence, as for
+    /// [`Gpu::with_options`].
     pub fn new(ordinal: usize) -> Result<Gpu> {
         Gpu::with_options(ordinal, &GpuOptions::default())
     }

@@ -1,4 +1,65 @@
-//! Host side of the toolkit: loads the Rust-compiled PTX with cudarc and drives it.
+//! Host side of the toolkit: loads the PTX that `build.rs` compiles from the Rust kernels of the
+//! `gpu` crate, launches it through cudarc, and trains with it. The `host` command line is a thin
+//! layer over this library; the integration tests and `examples/train_mnist.rs` call it directly.
+//!
+//! # Two engines
+//!
+//! [`mlp::train`] trains an MLP on one of two engines, chosen for each run:
+//!
+//! - the persistent kernel ([`mlp::persistent`]) runs a whole epoch of a one-hidden-layer MLP in
+//!   one launch, so its steps cost no launches of their own; it applies where all its blocks fit
+//!   on the GPU at once (hidden width a multiple of 8, batch up to 128, and more:
+//!   [`mlp::persistent::support`]);
+//! - the layered engine runs one kernel per operation (the tensor-core GEMMs of [`gemm`], the
+//!   softmax, the bias gradients), captured once as a CUDA graph and replayed; it takes any depth
+//!   and width, and trains on several GPUs ([`mlp::train_data_parallel`]).
+//!
+//! [`mlp::header`] names the engine a run takes and, where the persistent kernel does not apply,
+//! why.
+//!
+//! # Where to start
+//!
+//! - [`cuda::Gpu`] opens a device and loads the embedded module built for it;
+//! - [`mnist::load`] and [`iris::load`] read a data set into an [`mlp::Dataset`];
+//! - [`mlp::Options`] describes a run (its defaults are those of `host mnist`), and [`mlp::train`]
+//!   runs it, returning each [`mlp::Epoch`]'s loss and accuracy;
+//! - [`mlp::checkpoint`] writes and reads the weights as safetensors, which PyTorch loads.
+//!
+//! `examples/train_mnist.rs` puts them together (`cargo run --release -p host --example
+//! train_mnist`):
+//!
+//! ```no_run
+//! use host::cuda::Gpu;
+//! use host::mlp::{Options, train};
+//!
+//! let gpu = Gpu::new(0)?; // an error of one sentence where there is no GPU or driver
+//! let ds = host::mnist::load(&host::mnist::default_dir())?;
+//! let path = std::env::temp_dir().join("train_mnist.safetensors");
+//! let o = Options {
+//!     epochs: 3,
+//!     save: Some(path.clone()),
+//!     quiet: true,
+//!     ..Options::default()
+//! };
+//! for e in train(&gpu, &o, &ds)? {
+//!     println!("epoch {}: test accuracy {:.2}%", e.epoch, 100.0 * e.test_accuracy);
+//! }
+//! // No epochs and weights to load: the run only evaluates them.
+//! let eval = Options {
+//!     epochs: 0,
+//!     save: None,
+//!     load: Some(path),
+//!     ..o
+//! };
+//! let reloaded = &train(&gpu, &eval, &ds)?[0];
+//! println!("reloaded: test accuracy {:.2}%", 100.0 * reloaded.test_accuracy);
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+//!
+//! The crate also holds the GEMM ladder's benchmark against cuBLAS ([`gemm_bench`]) and the
+//! linear regression of `host regression` ([`regression`]).
+//!
+//! [`mlp::train`]: fn@mlp::train
 pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;

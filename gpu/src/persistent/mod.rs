@@ -15,7 +15,7 @@
 //!   64-bit fixed point, whose adds are associative, so the sums do not depend on the order of
 //!   arrival: runs repeat bit for bit and every block sees the same logits. Grid barrier;
 //! - softmax cross-entropy and the gradients of the block's rows: dlogits, dH, and the
-//!   block's share (its part of the batch) of dW1[s], db1[s], dW2[:, s], db2;
+//!   block's share (its part of the batch) of `dW1[s]`, `db1[s]`, `dW2[:, s]`, `db2`;
 //! - the blocks of a slice exchange their shares, add them in part order (so all get the same
 //!   sums) and apply the same SGD update to their copies. On Hopper the two blocks of a pair
 //!   are a thread-block cluster: the shares go straight into the partner's shared memory as
@@ -57,7 +57,7 @@
 //! (the next batch), `forward`, `logits` (the partial logits and their exchange at the grid
 //! barrier), `softmax` (cross-entropy and the gradient of the logits), `backward` (dH, db1,
 //! dW2 and db2, dW1), `exchange` (the block's shares to its partner and the partner's back),
-//! `update` (SGD). They share one [`Block`](context::Block): the block's role, its regions of
+//! `update` (SGD). They share one `Block` (`context`): the block's role, its regions of
 //! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
 //! launch, `smem` lays out shared memory, `shuffle` is the kernel that orders an epoch's rows.
 //!

@@ -61,8 +61,9 @@ impl Usage {
 /// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
-/// `usage.copy_engine`, without a step: on sm_90a PTX the `wgmma` rung of [`choose_wgmma`]
-/// where one fits the product, before any `mma.sync` one.
+/// `usage.copy_engine`, without a step: on sm_90a PTX a `wgmma` configuration where one fits
+/// the product (the largest tile that leaves at most an eighth of the SMs without a block),
+/// before any `mma.sync` one.
 pub fn choose_config(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),

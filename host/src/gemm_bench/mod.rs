@@ -6,7 +6,7 @@ mod pair;
 pub mod reference;
 mod shapes;
 
-pub use shapes::{Entry, Epilogue, Pair, Shape, default_entries, default_shapes};
+pub use shapes::{Entry, Epilogue, Pair, Shape, default_entries, default_pairs, default_shapes};
 
 use crate::cuda::{Gpu, dptr};
 use crate::gemm::{self, Problem, Ptrs, Usage, Version};

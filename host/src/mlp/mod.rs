@@ -32,13 +32,19 @@ impl Features {
 
 /// `count` examples of `dim` features with one label each.
 pub struct Split {
+    /// `count` rows of `dim` features, row after row.
     pub features: Features,
+    /// A class in `0..classes` for each example.
     pub labels: Vec<u8>,
     pub count: usize,
     pub dim: usize,
 }
 
+/// A classification data set as training takes it, from [`mnist::load`](crate::mnist::load) or
+/// [`iris::load`](crate::iris::load): the input width of the model is `train.dim`, its output
+/// width `classes`.
 pub struct Dataset {
+    /// What a run's first line calls it.
     pub name: String,
     pub train: Split,
     pub test: Split,

@@ -17,16 +17,26 @@ use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// A training run: the model's hidden layers, SGD's hyperparameters, the engine, and the files
+/// it reads and writes. The command line's flags fill it; [`validate`] checks it.
 #[derive(Clone)]
 pub struct Options {
+    /// Hidden layer widths; the data set gives the input and output widths.
     pub hidden: Vec<usize>,
+    /// Passes over the training set; 0 only evaluates the weights of `load`.
     pub epochs: usize,
+    /// Examples per step.
     pub batch: usize,
+    /// Learning rate of SGD.
     pub lr: f32,
+    /// Momentum of SGD, in [0, 1).
     pub momentum: f32,
     pub init: Init,
+    /// Seed of the initial weights and of each epoch's shuffle.
     pub seed: u64,
+    /// Accumulator of the tensor-core products.
     pub accum: Accum,
+    /// Replay the layered engine's steps from a CUDA graph rather than launch each kernel.
     pub graph: bool,
     /// Train with the layered engine (a kernel per operation) even where the persistent kernel
     /// applies.
@@ -34,10 +44,16 @@ pub struct Options {
     /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: as
     /// `persistent::support` chooses.
     pub slice_units: Option<usize>,
+    /// One GEMM configuration for every product of the layered engine, instead of the choice
+    /// for each shape.
     pub config: Option<Version>,
+    /// A CSV file for each step's loss and each epoch's accuracy.
     pub metrics: Option<PathBuf>,
+    /// A safetensors file ([`checkpoint`]) for the weights, written after every epoch.
     pub save: Option<PathBuf>,
+    /// A safetensors file to start from instead of initial weights.
     pub load: Option<PathBuf>,
+    /// Print nothing while training (an evaluation of `load` alone still prints its result).
     pub quiet: bool,
     /// Print one line every this many epochs (and after the last).
     pub print_every: usize,
@@ -73,10 +89,15 @@ impl Default for Options {
 
 /// Per-epoch results.
 pub struct Epoch {
+    /// Counted from 1; 0 for the evaluation of loaded weights.
     pub epoch: usize,
+    /// Mean of the steps' losses (NaN where nothing trained).
     pub train_loss: f32,
+    /// Mean cross-entropy over the test set after the epoch.
     pub test_loss: f32,
+    /// Fraction of the test set classified correctly, 0 to 1.
     pub test_accuracy: f32,
+    /// Training time of the epoch, evaluation excluded.
     pub seconds: f64,
     /// Mean loss of each step of the epoch.
     pub step_losses: Vec<f32>,
@@ -121,6 +142,8 @@ fn upload_features(gpu: &Gpu, features: &Features, dst: Buf<f16>) -> Result<()> 
     }
 }
 
+/// Refuses options no run can take, naming the flag to change. It needs neither the data nor the
+/// GPU, so the command line calls it before either.
 pub fn validate(o: &Options) -> Result<()> {
     ensure!(
         !o.hidden.is_empty() && o.hidden.iter().all(|&h| h > 0),
