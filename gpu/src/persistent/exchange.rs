@@ -205,6 +205,41 @@ pub struct Sums<const N: usize, const O: usize> {
     pub db1: f32,
 }
 
+/// Waits until the other blocks' shares of step `s` can be read: within a cluster until the
+/// partner's bytes have arrived (announcing the next step's at once), elsewhere at the slice's
+/// counter barrier.
+#[inline(always)]
+fn wait_for_shares<const T: usize>(b: &Block, s: &Step) {
+    if in_cluster(T) {
+        mbar_wait::<true>(b.mbar(2), s.k % 2);
+        if b.tid == 0 && s.has_next(b.args.steps) {
+            expect_shares(b);
+        }
+    } else {
+        let count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
+        grid_barrier(count, parts(T) as u32 * (s.k + 1), sync_threads);
+    }
+}
+
+/// The sums of dW1's shares of the first `parts` parts, from their words in part order.
+#[inline(always)]
+fn dw1_sums<A: Acc, const O: usize>(
+    parts: usize,
+    words: &[[[[u32; 2]; O]; TILES_PER_WARP]; MAX_PARTS],
+) -> [[[f32; 4]; O]; TILES_PER_WARP] {
+    let mut sums = [[[0.0; 4]; O]; TILES_PER_WARP];
+    for i in 0..TILES_PER_WARP {
+        for g in 0..O {
+            for p in 0..2 {
+                let v = A::sum_pairs(parts, |q| words[q][i][g][p]);
+                sums[i][g][2 * p] = v[0];
+                sums[i][g][2 * p + 1] = v[1];
+            }
+        }
+    }
+    sums
+}
+
 /// Waits for the other blocks' shares and sums them with this block's (`dw1`, `db1` and
 /// [`Block::own`]), all loads requested before any sum needs them. Within a cluster the
 /// partner's have all arrived once their bytes have (no barrier of the pair: the grid barrier
@@ -224,15 +259,7 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     let exchange = b.args.exchange as *mut u32;
     let first = b.slice as usize * parts;
     let area = |q: usize| opaque_ptr(exchange.wrapping_add((first + q) * EXCHANGE)) as *const u32;
-    if in_cluster(T) {
-        mbar_wait::<true>(b.mbar(2), s.k % 2);
-        if b.tid == 0 && s.has_next(b.args.steps) {
-            expect_shares(b);
-        }
-    } else {
-        let count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
-        grid_barrier(count, parts as u32 * (s.k + 1), sync_threads);
-    }
+    wait_for_shares::<T>(b, s);
     // Word `i` of part `q`'s shares, where this block's is `own`: the others' in the exchange
     // area or, within a cluster, the partner's in this block's shared memory at `shared`. No
     // load is under a branch, so that the loads of a sum are all in flight before it waits.
@@ -290,20 +317,11 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
         freed();
     }
     let mut sums = Sums {
-        dw1: [[[0.0; 4]; O]; TILES_PER_WARP],
+        dw1: dw1_sums::<A, O>(parts, &words),
         dw2: [0.0; N],
         db2: 0.0,
         db1: 0.0,
     };
-    for i in 0..TILES_PER_WARP {
-        for g in 0..O {
-            for p in 0..2 {
-                let v = A::sum_pairs(parts, |q| words[q][i][g][p]);
-                sums.dw1[i][g][2 * p] = v[0];
-                sums.dw1[i][g][2 * p + 1] = v[1];
-            }
-        }
-    }
     if !in_cluster(T) && !copies_early {
         freed();
     }
