@@ -1,22 +1,24 @@
-//! The CUDA runtime of the host: one device, one stream, the embedded module, typed launches,
-//! device-buffer arenas and event timers.
+//! The CUDA runtime of the host: one device, one stream and the embedded module here; typed
+//! launches, side streams and event timers in `launch`; device-buffer arenas in `arena`.
 use crate::ptx::{self, EmbeddedPtx};
 use anyhow::{Context, Result, bail, ensure};
-use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUlaunchAttributeID};
+use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use indicatif::{ProgressBar, ProgressFinish, WeakProgressBar};
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::io::IsTerminal;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use cudarc::driver::PushKernelArg;
+
+mod arena;
+mod launch;
+pub use arena::*;
+pub use launch::*;
 
 /// How a [`Gpu`] loads its module and presents itself to the host: the PTX it loads (for
 /// studying an older architecture's path on a newer device), whether a cubin may stand in for
@@ -279,17 +281,6 @@ impl Gpu {
         unsafe { cudarc::driver::result::memset_d8_async(ptr, 0, bytes, self.stream.cu_stream()) }?;
         Ok(())
     }
-
-    /// A timer of work on this GPU's stream, by CUDA events.
-    pub fn timer(&self) -> Result<Timer> {
-        // cudarc's default events have timing disabled.
-        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        Ok(Timer {
-            start: self.ctx.new_event(timed)?,
-            end: self.ctx.new_event(timed)?,
-            stream: self.stream.clone(),
-        })
-    }
 }
 
 /// The form in which a module reached the driver.
@@ -353,264 +344,6 @@ fn jit_notice(arch: &str) -> ProgressBar {
     let bar = bar.with_finish(ProgressFinish::AndClear);
     *shared = Some(bar.downgrade());
     bar
-}
-
-/// A typed region of device memory carved from an [`Arena`]: an address and a length. It owns
-/// nothing; the arena it came from must outlive its use.
-pub struct Buf<T> {
-    pub ptr: u64,
-    pub len: usize,
-    _t: PhantomData<T>,
-}
-
-impl<T> Clone for Buf<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Buf<T> {}
-
-impl<T> Buf<T> {
-    /// Address of element `i`.
-    pub fn at(&self, i: usize) -> u64 {
-        self.ptr + (i * size_of::<T>()) as u64
-    }
-    pub fn bytes(&self) -> usize {
-        self.len * size_of::<T>()
-    }
-}
-
-/// One device allocation made before any work, carved into [`Buf`]s: a run's whole footprint is
-/// known, allocated once, and nothing is allocated or freed while it trains.
-///
-/// Size it by running the same carving code against [`Arena::measuring`] first, then allocate
-/// [`Arena::new`] with the `used()` that reported.
-pub struct Arena {
-    _mem: Option<CudaSlice<u8>>,
-    base: u64,
-    cap: usize,
-    used: usize,
-}
-
-/// Alignment of every region: enough for 16-byte vector access and for coalescing.
-pub const ARENA_ALIGN: usize = 256;
-
-/// Offset of a region of `bytes` after `used` bytes, and the new fill, if it fits in `cap`.
-pub fn carve(used: usize, bytes: usize, cap: usize) -> Option<(usize, usize)> {
-    let off = used.checked_next_multiple_of(ARENA_ALIGN)?;
-    let end = off.checked_add(bytes)?;
-    (end <= cap).then_some((off, end))
-}
-
-impl Arena {
-    /// An arena that hands out addresses but owns no memory: for measuring a footprint.
-    pub fn measuring() -> Arena {
-        Arena {
-            _mem: None,
-            base: 0,
-            cap: usize::MAX,
-            used: 0,
-        }
-    }
-
-    /// Allocates `bytes` of device memory in one piece.
-    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Arena> {
-        let (free, _) = gpu.mem_info()?;
-        ensure!(
-            bytes <= free,
-            "this run needs {:.1} MiB of device memory; {:.1} MiB are free",
-            bytes as f64 / 1048576.0,
-            free as f64 / 1048576.0
-        );
-        let mem = gpu.zeros::<u8>(bytes.max(1))?;
-        let base = dptr(&mem, &gpu.stream);
-        Ok(Arena {
-            _mem: Some(mem),
-            base,
-            cap: bytes.max(1),
-            used: 0,
-        })
-    }
-
-    pub fn alloc<T>(&mut self, len: usize) -> Result<Buf<T>> {
-        let bytes = len
-            .checked_mul(size_of::<T>())
-            .context("buffer size overflows")?;
-        let (off, used) = carve(self.used, bytes, self.cap).with_context(|| {
-            format!(
-                "arena of {} bytes is full ({} used, {bytes} more asked)",
-                self.cap, self.used
-            )
-        })?;
-        self.used = used;
-        Ok(Buf {
-            ptr: self.base + off as u64,
-            len,
-            _t: PhantomData,
-        })
-    }
-
-    /// Bytes handed out so far, alignment included.
-    pub fn used(&self) -> usize {
-        self.used
-    }
-}
-
-/// The raw device address of a buffer, for kernels that take pointers with offsets.
-pub fn dptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> u64 {
-    buf.device_ptr(stream).0
-}
-
-/// A kernel's whole parameter block (one of `gpu::params`), passed by value through
-/// cudarc's launch builder: `b.arg(&ParamBlock(p))`.
-#[repr(transparent)]
-pub struct ParamBlock<T>(pub T);
-
-// SAFETY: the blocks are `#[repr(C)]` plain data (integers, floats and device addresses), laid
-// out as the kernel declares its one parameter (checked against the PTX by a CPU test).
-unsafe impl<T: Copy> DeviceRepr for ParamBlock<T> {}
-
-/// A kernel parameter as `cuLaunchKernelEx` takes it: a pointer to its value.
-pub fn arg<T>(v: &T) -> *mut c_void {
-    v as *const T as *mut c_void
-}
-
-/// A launch attribute for `cuLaunchKernelEx`, its value set by `set`.
-pub fn attribute(
-    id: CUlaunchAttributeID,
-    set: impl FnOnce(&mut sys::CUlaunchAttributeValue),
-) -> sys::CUlaunchAttribute {
-    // SAFETY: the attribute is plain old data; all zeroes is a valid (empty) value.
-    let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    a.id = id;
-    set(&mut a.value);
-    a
-}
-
-/// The launch attribute that groups blocks into clusters of `x` × `y`.
-pub fn cluster_attribute((x, y): (u32, u32)) -> sys::CUlaunchAttribute {
-    attribute(
-        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-        |v| v.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z: 1 },
-    )
-}
-
-impl Gpu {
-    /// The driver's launch configuration for `cfg` on this GPU's stream, with `attrs` (which
-    /// must outlive its use): what `cuLaunchKernelEx` and the occupancy queries take.
-    pub fn launch_config(
-        &self,
-        cfg: LaunchConfig,
-        attrs: &mut [sys::CUlaunchAttribute],
-    ) -> sys::CUlaunchConfig {
-        sys::CUlaunchConfig {
-            gridDimX: cfg.grid_dim.0,
-            gridDimY: cfg.grid_dim.1,
-            gridDimZ: cfg.grid_dim.2,
-            blockDimX: cfg.block_dim.0,
-            blockDimY: cfg.block_dim.1,
-            blockDimZ: cfg.block_dim.2,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: attrs.len() as u32,
-        }
-    }
-
-    /// Launches `f` on `stream` with driver launch attributes (`cuLaunchKernelEx`), which
-    /// cudarc's launch builder does not take: e.g. a programmatic dependent launch, which may
-    /// start while the kernel before it finishes, so `f` must execute `griddepcontrol.wait`
-    /// before its first global memory access. `args` point at the kernel's parameters, in
-    /// order.
-    ///
-    /// # Safety
-    /// As for any launch: `args` must match the kernel's parameters and the buffers they name
-    /// must outlive the work.
-    pub unsafe fn launch_ex(
-        &self,
-        stream: &CudaStream,
-        f: &CudaFunction,
-        cfg: LaunchConfig,
-        attrs: &mut [sys::CUlaunchAttribute],
-        args: &mut [*mut c_void],
-    ) -> Result<()> {
-        let config = sys::CUlaunchConfig {
-            hStream: stream.cu_stream(),
-            ..self.launch_config(cfg, attrs)
-        };
-        self.ctx.bind_to_thread()?;
-        // SAFETY: `config` and `attrs` outlive the call; the caller vouches for `args`.
-        unsafe {
-            sys::cuLaunchKernelEx(
-                &config,
-                f.cu_function(),
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()?;
-        Ok(())
-    }
-}
-
-/// A grid of `ceil(n / threads)` blocks, capped for grid-stride kernels.
-pub fn grid_1d(n: usize, threads: u32) -> LaunchConfig {
-    let blocks = n.div_ceil(threads as usize).clamp(1, 65535 * 8) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-/// A second stream of the GPU's context, for work that runs beside the GPU's stream, and the
-/// events that fork work onto it and join it back. Its default priority is below the GPU's
-/// stream's: where both have blocks waiting, the GPU's stream's take freed SMs first.
-pub struct SideStream {
-    pub stream: Arc<CudaStream>,
-    fork: CudaEvent,
-    join: CudaEvent,
-}
-
-impl SideStream {
-    pub fn new(gpu: &Gpu) -> Result<SideStream> {
-        Ok(SideStream {
-            stream: gpu.ctx.new_stream()?,
-            fork: gpu.ctx.new_event(None)?,
-            join: gpu.ctx.new_event(None)?,
-        })
-    }
-
-    /// Makes this stream wait for the work queued so far on the GPU's stream.
-    pub fn fork(&self, gpu: &Gpu) -> Result<()> {
-        self.fork.record(&gpu.stream)?;
-        Ok(self.stream.wait(&self.fork)?)
-    }
-
-    /// Makes the GPU's stream wait for the work queued so far on this one.
-    pub fn join(&self, gpu: &Gpu) -> Result<()> {
-        self.join.record(&self.stream)?;
-        Ok(gpu.stream.wait(&self.join)?)
-    }
-}
-
-/// Elapsed GPU time between two points of the stream.
-pub struct Timer {
-    start: CudaEvent,
-    end: CudaEvent,
-    stream: Arc<CudaStream>,
-}
-
-impl Timer {
-    pub fn start(&self) -> Result<()> {
-        Ok(self.start.record(&self.stream)?)
-    }
-    /// Records the end, waits for it, and returns milliseconds since `start`.
-    pub fn stop_ms(&self) -> Result<f32> {
-        self.end.record(&self.stream)?;
-        self.end.synchronize()?;
-        Ok(self.start.elapsed_ms(&self.end)?)
-    }
 }
 
 #[cfg(test)]
