@@ -12,6 +12,11 @@ pub struct Target {
 }
 
 impl Target {
+    /// The portable PTX of each generation the build knows: Turing, Ampere, Hopper.
+    pub const SM75: Target = Target::portable(75);
+    pub const SM80: Target = Target::portable(80);
+    pub const SM90: Target = Target::portable(90);
+
     /// The portable PTX of compute capability `sm`, which every later GPU runs.
     pub const fn portable(sm: u32) -> Target {
         Target {

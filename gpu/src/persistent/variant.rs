@@ -320,10 +320,6 @@ pub trait Row {
 mod tests {
     use super::*;
 
-    const SM75: Target = Target::portable(75);
-    const SM80: Target = Target::portable(80);
-    const SM90: Target = Target::portable(90);
-
     /// What the kernel's generic code assumes of a row, checked for every row on the CPU (the
     /// kernel asserts the same at compile time, for the rows its PTX exports).
     #[test]
@@ -369,7 +365,7 @@ mod tests {
             }
             // Without `cp.async` (sm_75), a variant copies through registers: a ring of two
             // stages, or one buffer with W1's copy in registers.
-            if v.exists_in(SM75) {
+            if v.exists_in(Target::SM75) {
                 assert!(v.stages == (2, 2) || v.w1_copy_in_registers(), "{name}");
             }
         }
@@ -379,7 +375,7 @@ mod tests {
     /// the ring once each, whatever the architecture.
     #[test]
     fn each_ptx_has_one_quarters_and_one_ring() {
-        for target in [SM75, SM80, SM90] {
+        for target in [Target::SM75, Target::SM80, Target::SM90] {
             let has = |f: fn(&Variant) -> bool| {
                 VARIANTS
                     .iter()
@@ -401,8 +397,8 @@ mod tests {
                 .map(|v| v.name)
                 .collect()
         };
-        assert_eq!(names(SM75), ["quarters_regs", "streamed_regs"]);
-        assert_eq!(names(SM80), ["single", "quarters", "streamed"]);
+        assert_eq!(names(Target::SM75), ["quarters_regs", "streamed_regs"]);
+        assert_eq!(names(Target::SM80), ["single", "quarters", "streamed"]);
     }
 
     /// The layouts the host sizes launches by are the kernel's: each variant's is the `Smem`

@@ -591,10 +591,6 @@ fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
 mod tests {
     use super::*;
 
-    const SM75: Target = Target::portable(75);
-    const SM80: Target = Target::portable(80);
-    const SM90: Target = Target::portable(90);
-
     /// MNIST's batch of 128 on each generation's PTX and shared memory a block, where every
     /// block is resident: Hopper's two whole-batch buffers (sm_80 PTX has one at most, even
     /// with the room for two), an A100's one of half the batch, a
@@ -608,22 +604,22 @@ mod tests {
         };
         // The bulk variant runs with as little room as the two-buffer one (and is taken only
         // for many slices).
-        assert_eq!(choose(SM90, 227), Some(Feed::of("bulk")));
-        assert_eq!(choose(SM80, 227), Some(Feed::of("single")));
-        assert_eq!(choose(SM80, 163), Some(Feed::of("single")));
-        assert_eq!(choose(SM80, 99), Some(Feed::of("quarters")));
-        assert_eq!(choose(SM80, 64), Some(Feed::ring("streamed", 2)));
-        assert_eq!(choose(SM75, 64), Some(Feed::of("quarters_regs")));
-        assert_eq!(choose(SM75, 227), Some(Feed::of("quarters_regs")));
-        assert_eq!(choose(SM80, 48), None);
+        assert_eq!(choose(Target::SM90, 227), Some(Feed::of("bulk")));
+        assert_eq!(choose(Target::SM80, 227), Some(Feed::of("single")));
+        assert_eq!(choose(Target::SM80, 163), Some(Feed::of("single")));
+        assert_eq!(choose(Target::SM80, 99), Some(Feed::of("quarters")));
+        assert_eq!(choose(Target::SM80, 64), Some(Feed::ring("streamed", 2)));
+        assert_eq!(choose(Target::SM75, 64), Some(Feed::of("quarters_regs")));
+        assert_eq!(choose(Target::SM75, 227), Some(Feed::of("quarters_regs")));
+        assert_eq!(choose(Target::SM80, 48), None);
         // Only sm_75's own ring of two runs there; any stage count within bounds on sm_80.
-        assert!(!Feed::ring("streamed_regs", 4).runs_with(SM75, 227 * 1024, 8, 48));
-        assert!(!Feed::ring("streamed", 2).runs_with(SM75, 227 * 1024, 8, 48));
-        assert!(Feed::ring("streamed", 5).runs_with(SM80, 227 * 1024, 8, 48));
-        assert!(!Feed::ring("streamed", 7).runs_with(SM90, 227 * 1024, 8, 48));
-        assert!(!Feed::of("whole").runs_with(SM75, 227 * 1024, 8, 48));
-        assert!(!Feed::of("single").runs_with(SM75, 227 * 1024, 8, 48));
-        assert!(!Feed::of("quarters_regs").runs_with(SM80, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed_regs", 4).runs_with(Target::SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed", 2).runs_with(Target::SM75, 227 * 1024, 8, 48));
+        assert!(Feed::ring("streamed", 5).runs_with(Target::SM80, 227 * 1024, 8, 48));
+        assert!(!Feed::ring("streamed", 7).runs_with(Target::SM90, 227 * 1024, 8, 48));
+        assert!(!Feed::of("whole").runs_with(Target::SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::of("single").runs_with(Target::SM75, 227 * 1024, 8, 48));
+        assert!(!Feed::of("quarters_regs").runs_with(Target::SM80, 227 * 1024, 8, 48));
     }
 
     /// [`pick_feed`] on a GPU of `sms` SMs that holds one block of any kernel an SM.
@@ -645,11 +641,11 @@ mod tests {
     fn many_slices_take_the_bulk_reduction_variant() {
         let (f16, f32) = (Accum::F16, Accum::F32);
         let cases = [
-            ((SM90, 192, f16), "bulk"),
-            ((SM90, 528, f16), "bulk"),
-            ((SM90, 184, f16), "whole"),
-            ((SM80, 256, f16), "single"),
-            ((SM90, 256, f32), "whole"),
+            ((Target::SM90, 192, f16), "bulk"),
+            ((Target::SM90, 528, f16), "bulk"),
+            ((Target::SM90, 184, f16), "whole"),
+            ((Target::SM80, 256, f16), "single"),
+            ((Target::SM90, 256, f32), "whole"),
         ];
         for ((target, hidden, acc), name) in cases {
             let got = pick_with(target, 227, hidden, 132, acc);
@@ -684,23 +680,29 @@ mod tests {
         // blocks); 1024, 1040 and 2048 take the narrowest slices that fit (1024 not 64 blocks
         // of 32); past 2,112 units the offchip kernels (one block per slice).
         let takes = [
-            ((SM80, 99, 128, 132, f16), quarters),
-            ((SM80, 99, 128, 58, f16), ring(4)),
-            ((SM80, 99, 256, 132, f16), quarters),
-            ((SM80, 99, 512, 132, f16), ring(4)),
-            ((SM75, 64, 128, 68, f16), Feed::of("quarters_regs")),
-            ((SM75, 64, 128, 40, f16), ring75),
-            ((SM75, 64, 128, 132, f32), ring75),
-            ((SM90, 227, 128, 132, f16), Feed::of("whole")),
-            ((SM90, 227, 256, 132, f16), bulk),
-            ((SM90, 227, 512, 132, f16), bulk),
-            ((SM90, 227, 528, 132, f16), bulk),
-            ((SM90, 227, 1024, 132, f16), wide2),
-            ((SM90, 227, 1040, 132, f16), wide2),
-            ((SM90, 227, 2048, 132, f16), Feed::of("wide4")),
-            ((SM90, 227, 2176, 132, f16), Feed::ring("offchip", 4)),
-            ((SM90, 227, 4096, 132, f16), Feed::ring("offchip", 4)),
-            ((SM90, 227, 512, 132, f32), Feed::of("whole")),
+            ((Target::SM80, 99, 128, 132, f16), quarters),
+            ((Target::SM80, 99, 128, 58, f16), ring(4)),
+            ((Target::SM80, 99, 256, 132, f16), quarters),
+            ((Target::SM80, 99, 512, 132, f16), ring(4)),
+            ((Target::SM75, 64, 128, 68, f16), Feed::of("quarters_regs")),
+            ((Target::SM75, 64, 128, 40, f16), ring75),
+            ((Target::SM75, 64, 128, 132, f32), ring75),
+            ((Target::SM90, 227, 128, 132, f16), Feed::of("whole")),
+            ((Target::SM90, 227, 256, 132, f16), bulk),
+            ((Target::SM90, 227, 512, 132, f16), bulk),
+            ((Target::SM90, 227, 528, 132, f16), bulk),
+            ((Target::SM90, 227, 1024, 132, f16), wide2),
+            ((Target::SM90, 227, 1040, 132, f16), wide2),
+            ((Target::SM90, 227, 2048, 132, f16), Feed::of("wide4")),
+            (
+                (Target::SM90, 227, 2176, 132, f16),
+                Feed::ring("offchip", 4),
+            ),
+            (
+                (Target::SM90, 227, 4096, 132, f16),
+                Feed::ring("offchip", 4),
+            ),
+            ((Target::SM90, 227, 512, 132, f32), Feed::of("whole")),
         ];
         for ((target, kib, hidden, sms, acc), feed) in takes {
             assert_eq!(
@@ -710,11 +712,11 @@ mod tests {
             );
         }
         // 1032 is no multiple of 16: the slices of 8 are too many, and no wider slice divides it.
-        let Support::No(why) = pick(SM90, 227, 1032, 132) else {
+        let Support::No(why) = pick(Target::SM90, 227, 1032, 132) else {
             panic!("258 blocks taken on 132 SMs");
         };
         assert!(why.contains("258 blocks (2 per 8 hidden units)"), "{why}");
-        let Support::No(why) = pick(SM90, 227, 4352, 132) else {
+        let Support::No(why) = pick(Target::SM90, 227, 4352, 132) else {
             panic!("136 blocks taken on 132 SMs");
         };
         assert!(why.contains("136 blocks (1 per 32 hidden units)"), "{why}");
@@ -723,23 +725,23 @@ mod tests {
         let wide = feeds_by_preference().filter(|f| f.units() == 32);
         let picked = pick_feed(
             wide,
-            (SM90, 227 * 1024, ""),
+            (Target::SM90, 227 * 1024, ""),
             (128, 784, 512, Accum::F16),
             |_| Ok(132),
         );
         assert_eq!(picked.unwrap(), Support::Yes(Feed::of("wide4")));
         // No wide or offchip kernel has fp32 accumulators, nor sm_80 PTX.
-        let Support::No(why) = pick_with(SM90, 227, 1024, 132, Accum::F32) else {
+        let Support::No(why) = pick_with(Target::SM90, 227, 1024, 132, Accum::F32) else {
             panic!("a wide slice taken with fp32 accumulators");
         };
         assert!(why.contains("256 blocks (2 per 8 hidden units)"), "{why}");
-        assert!(matches!(pick(SM80, 227, 1024, 132), Support::No(_)));
-        assert!(matches!(pick(SM80, 227, 4096, 132), Support::No(_)));
+        assert!(matches!(pick(Target::SM80, 227, 1024, 132), Support::No(_)));
+        assert!(matches!(pick(Target::SM80, 227, 4096, 132), Support::No(_)));
         assert!(matches!(
-            pick_with(SM90, 227, 4096, 132, f32),
+            pick_with(Target::SM90, 227, 4096, 132, f32),
             Support::No(_)
         ));
-        let Support::No(why) = pick(SM80, 48, 128, 132) else {
+        let Support::No(why) = pick(Target::SM80, 48, 128, 132) else {
             panic!("a 48 KiB block taken");
         };
         assert!(
