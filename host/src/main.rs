@@ -5,6 +5,7 @@ use gpu::gemm::Accum;
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
 use host::gemm_bench::{self, Entry};
+use host::mlp::Options;
 use host::ptx;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -110,8 +111,9 @@ struct IrisArgs {
     train: TrainFlags,
 }
 
-/// Training flags shared by `mnist` and `iris`. The defaults of those that differ by data set
-/// come from its [`TrainDefaults`], which [`command`] gives each subcommand.
+/// Training flags shared by `mnist` and `iris`. Their defaults are the data set's own
+/// [`host::mlp::Options`] (`Options::mnist`, `Options::iris`), which [`command`] gives each
+/// subcommand, and so its help.
 #[derive(clap::Args)]
 struct TrainFlags {
     /// Hidden layer widths, comma-separated.
@@ -127,17 +129,17 @@ struct TrainFlags {
     #[arg(long)]
     lr: Option<f32>,
     /// Momentum of SGD.
-    #[arg(long, default_value_t = 0.9)]
-    momentum: f32,
+    #[arg(long)]
+    momentum: Option<f32>,
     /// Initialisation of the weights.
-    #[arg(long, value_enum, default_value = "kaiming")]
-    init: host::mlp::model::Init,
+    #[arg(long, value_enum)]
+    init: Option<host::mlp::model::Init>,
     /// Seed of the initial weights, the shuffles and (Iris) the split.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[arg(long)]
+    seed: Option<u64>,
     /// Accumulator of the tensor-core GEMMs.
-    #[arg(long, default_value = "f16", value_parser = parse_accum)]
-    accum: Accum,
+    #[arg(long, value_parser = parse_accum)]
+    accum: Option<Accum>,
     /// Launch each kernel of a step instead of replaying a captured CUDA graph.
     #[arg(long)]
     no_graph: bool,
@@ -169,33 +171,9 @@ struct TrainFlags {
     print_every: Option<usize>,
     /// Train data parallel on this many GPUs (from --device on), through NCCL: each takes an
     /// equal share of every batch.
-    #[arg(long, default_value_t = 1)]
-    gpus: usize,
+    #[arg(long)]
+    gpus: Option<usize>,
 }
-
-/// Defaults of one data set for its training flags.
-struct TrainDefaults {
-    hidden: usize,
-    epochs: usize,
-    batch: usize,
-    lr: f32,
-    print_every: usize,
-}
-
-const MNIST_DEFAULTS: TrainDefaults = TrainDefaults {
-    hidden: 128,
-    epochs: 10,
-    batch: 128,
-    lr: 0.05,
-    print_every: 1,
-};
-const IRIS_DEFAULTS: TrainDefaults = TrainDefaults {
-    hidden: 5,
-    epochs: 100,
-    batch: 16,
-    lr: 0.05,
-    print_every: 10,
-};
 
 #[derive(clap::Args)]
 struct GemmArgs {
@@ -295,8 +273,8 @@ fn run(cli: Cli) -> Result<()> {
     // Bad flags are reported before the GPU is touched.
     opts.validate()?;
     match &cli.command {
-        Command::Mnist(a) => host::mlp::validate(&train_options(&a.train, &MNIST_DEFAULTS)?)?,
-        Command::Iris(a) => host::mlp::validate(&train_options(&a.train, &IRIS_DEFAULTS)?)?,
+        Command::Mnist(a) => host::mlp::validate(&train_options(&a.train, Options::mnist())?)?,
+        Command::Iris(a) => host::mlp::validate(&train_options(&a.train, Options::iris())?)?,
         Command::Regression(a) => host::regression::validate(&regression_options(a, a.points))?,
         _ => {}
     }
@@ -307,13 +285,13 @@ fn run(cli: Cli) -> Result<()> {
         Command::Gemm(a) => gemm(&open()?, &a),
         Command::Regression(a) => regression(&open()?, &a),
         Command::Mnist(a) => {
-            let o = train_options(&a.train, &MNIST_DEFAULTS)?;
+            let o = train_options(&a.train, Options::mnist())?;
             let ds = host::mnist::load(&a.data.clone().unwrap_or_else(host::mnist::default_dir))?;
             train((device, &opts), &o, &ds)
         }
         Command::Iris(a) => {
-            let o = train_options(&a.train, &IRIS_DEFAULTS)?;
-            let ds = host::iris::load(host::iris::CSV, a.train.seed)?;
+            let o = train_options(&a.train, Options::iris())?;
+            let ds = host::iris::load(host::iris::CSV, o.seed)?;
             train((device, &opts), &o, &ds)
         }
     }
@@ -321,11 +299,7 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Trains on GPU `device` (ordinal, options), or data parallel on `o.gpus` GPUs from it on,
 /// each opened with the same options.
-fn train(
-    (device, opts): (usize, &GpuOptions),
-    o: &host::mlp::Options,
-    ds: &host::mlp::Dataset,
-) -> Result<()> {
+fn train((device, opts): (usize, &GpuOptions), o: &Options, ds: &host::mlp::Dataset) -> Result<()> {
     if o.gpus > 1 {
         host::mlp::train_data_parallel(device, opts, o, ds)?;
     } else {
@@ -359,34 +333,36 @@ fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
     .run(gpu)
 }
 
-fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options> {
-    Ok(host::mlp::Options {
+/// The options of a training run: each flag given, else the data set's default in `d`.
+fn train_options(a: &TrainFlags, d: Options) -> Result<Options> {
+    let accum = a.accum.unwrap_or(d.accum);
+    Ok(Options {
         hidden: if a.hidden.is_empty() {
-            vec![d.hidden]
+            d.hidden
         } else {
             a.hidden.clone()
         },
         epochs: a.epochs.unwrap_or(d.epochs),
         batch: a.batch.unwrap_or(d.batch),
         lr: a.lr.unwrap_or(d.lr),
-        momentum: a.momentum,
-        init: a.init,
-        seed: a.seed,
-        accum: a.accum,
+        momentum: a.momentum.unwrap_or(d.momentum),
+        init: a.init.unwrap_or(d.init),
+        seed: a.seed.unwrap_or(d.seed),
+        accum,
         graph: !a.no_graph,
         layered: a.layered,
         slice_units: a.slice_units,
         config: a
             .config
             .as_ref()
-            .map(|c| Version::parse(c, a.accum))
+            .map(|c| Version::parse(c, accum))
             .transpose()?,
         metrics: a.metrics.clone(),
         save: a.save.clone(),
         load: a.load.clone(),
         quiet: false,
         print_every: a.print_every.unwrap_or(d.print_every),
-        gpus: a.gpus,
+        gpus: a.gpus.unwrap_or(d.gpus),
     })
 }
 
@@ -394,19 +370,32 @@ fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options
 /// in its help) on its subcommand.
 fn command() -> clap::Command {
     Cli::command()
-        .mut_subcommand("mnist", |c| with_defaults(c, &MNIST_DEFAULTS))
-        .mut_subcommand("iris", |c| with_defaults(c, &IRIS_DEFAULTS))
+        .mut_subcommand("mnist", |c| with_defaults(c, &Options::mnist()))
+        .mut_subcommand("iris", |c| with_defaults(c, &Options::iris()))
 }
 
-fn with_defaults(c: clap::Command, d: &TrainDefaults) -> clap::Command {
-    let set = |c: clap::Command, name: &'static str, value: String| {
+/// The training flags' defaults as `d` has them, each in the form its flag takes.
+fn default_flags(d: &Options) -> [(&'static str, String); 10] {
+    let hidden: Vec<_> = d.hidden.iter().map(usize::to_string).collect();
+    let init = clap::ValueEnum::to_possible_value(&d.init).expect("every Init is a value");
+    [
+        ("hidden", hidden.join(",")),
+        ("epochs", d.epochs.to_string()),
+        ("batch", d.batch.to_string()),
+        ("lr", d.lr.to_string()),
+        ("momentum", d.momentum.to_string()),
+        ("init", init.get_name().to_string()),
+        ("seed", d.seed.to_string()),
+        ("accum", d.accum.suffix().to_string()),
+        ("print_every", d.print_every.to_string()),
+        ("gpus", d.gpus.to_string()),
+    ]
+}
+
+fn with_defaults(c: clap::Command, d: &Options) -> clap::Command {
+    default_flags(d).into_iter().fold(c, |c, (name, value)| {
         c.mut_arg(name, |a| a.default_value(value))
-    };
-    let c = set(c, "hidden", d.hidden.to_string());
-    let c = set(c, "epochs", d.epochs.to_string());
-    let c = set(c, "batch", d.batch.to_string());
-    let c = set(c, "lr", d.lr.to_string());
-    set(c, "print_every", d.print_every.to_string())
+    })
 }
 
 fn main() -> ExitCode {
@@ -441,27 +430,24 @@ mod tests {
 
     #[test]
     fn mnist_and_iris_help_show_their_own_training_defaults() {
-        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
+        for (name, d) in [("mnist", Options::mnist()), ("iris", Options::iris())] {
             let text = help(&["host", name, "--help"]);
-            // Each flag's entry: its line and those after it, up to the next flag's.
+            // Each flag's entry: its line and those after it, up to the next line indented no
+            // deeper (the next flag's, or a heading).
             let entry = |flag: &str| {
+                let indent = |l: &str| l.len() - l.trim_start().len();
                 let mut lines = text
                     .lines()
                     .skip_while(|l| !l.trim_start().starts_with(flag));
                 let first = lines.next().unwrap_or_default();
-                let rest = lines.take_while(|l| !l.trim_start().starts_with('-'));
+                let rest = lines.take_while(|l| l.trim().is_empty() || indent(l) > indent(first));
                 std::iter::once(first)
                     .chain(rest)
                     .collect::<Vec<_>>()
                     .join("\n")
             };
-            for (flag, value) in [
-                ("--hidden", d.hidden.to_string()),
-                ("--epochs", d.epochs.to_string()),
-                ("--batch", d.batch.to_string()),
-                ("--lr", d.lr.to_string()),
-                ("--print-every", d.print_every.to_string()),
-            ] {
+            for (id, value) in default_flags(&d) {
+                let flag = format!("--{}", id.replace('_', "-"));
                 let entry = entry(&format!("{flag} "));
                 assert!(
                     entry.contains(&format!("[default: {value}]")),
@@ -469,7 +455,7 @@ mod tests {
                 );
             }
         }
-        assert_ne!(MNIST_DEFAULTS.epochs, IRIS_DEFAULTS.epochs);
+        assert_ne!(Options::mnist().epochs, Options::iris().epochs);
     }
 
     #[test]
@@ -494,16 +480,21 @@ mod tests {
 
     #[test]
     fn unset_training_flags_take_the_data_sets_defaults() {
-        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
+        for (name, d) in [("mnist", Options::mnist()), ("iris", Options::iris())] {
             let m = command().try_get_matches_from(["host", name]).unwrap();
             let o = match Cli::from_arg_matches(&m).unwrap().command {
-                Command::Mnist(a) => train_options(&a.train, d).unwrap(),
-                Command::Iris(a) => train_options(&a.train, d).unwrap(),
+                Command::Mnist(a) => train_options(&a.train, d.clone()).unwrap(),
+                Command::Iris(a) => train_options(&a.train, d.clone()).unwrap(),
                 _ => unreachable!(),
             };
             assert_eq!(
                 (o.hidden, o.epochs, o.batch, o.lr, o.print_every),
-                (vec![d.hidden], d.epochs, d.batch, d.lr, d.print_every),
+                (d.hidden, d.epochs, d.batch, d.lr, d.print_every),
+                "{name}"
+            );
+            assert_eq!(
+                (o.momentum, o.init, o.seed, o.accum, o.gpus),
+                (d.momentum, d.init, d.seed, d.accum, d.gpus),
                 "{name}"
             );
         }
@@ -513,7 +504,7 @@ mod tests {
         let Command::Iris(a) = Cli::from_arg_matches(&m).unwrap().command else {
             unreachable!()
         };
-        assert_eq!(train_options(&a.train, &IRIS_DEFAULTS).unwrap().epochs, 7);
+        assert_eq!(train_options(&a.train, Options::iris()).unwrap().epochs, 7);
     }
 
     #[test]
@@ -524,7 +515,7 @@ mod tests {
                 unreachable!()
             };
             Ok::<_, clap::Error>(
-                train_options(&a.train, &MNIST_DEFAULTS)
+                train_options(&a.train, Options::mnist())
                     .unwrap()
                     .slice_units,
             )
