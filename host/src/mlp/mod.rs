@@ -20,4 +20,4 @@ pub use data::{Dataset, Features, Split};
 pub use options::{Options, validate};
 pub use parallel::train_data_parallel;
 pub use shape::StepShape;
-pub use train::{Epoch, header, train};
+pub use train::{Epoch, header, summary, train};

@@ -87,13 +87,13 @@ pub fn validate(o: &Options) -> Result<()> {
         "--hidden needs positive widths, e.g. 128 or 512,256"
     );
     ensure!(o.batch > 0, "--batch must be positive");
-    ensure!(
-        o.lr > 0.0 && o.lr.is_finite(),
-        "--lr must be a positive finite number"
-    );
+    crate::ensure_finite("--lr", o.lr)?;
+    ensure!(o.lr > 0.0, "--lr must be positive, not {}", o.lr);
+    crate::ensure_finite("--momentum", o.momentum)?;
     ensure!(
         (0.0..1.0).contains(&o.momentum),
-        "--momentum must be in [0, 1)"
+        "--momentum must be in [0, 1), not {}",
+        o.momentum
     );
     ensure!(
         o.epochs > 0 || o.load.is_some(),
@@ -115,19 +115,10 @@ pub fn validate(o: &Options) -> Result<()> {
         o.gpus == 1 || o.epochs > 0,
         "--epochs 0 evaluates on one GPU: drop --gpus"
     );
-    // Files written during or after training go to directories that exist: found out now, not
-    // after the last epoch.
+    // Files written during or after training can be: found out now, not after the last epoch.
     for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
-        if let Some(path) = path
-            && let Some(dir) = path.parent()
-            && !dir.as_os_str().is_empty()
-        {
-            ensure!(
-                dir.is_dir(),
-                "{flag} {}: directory {} does not exist",
-                path.display(),
-                dir.display()
-            );
+        if let Some(path) = path {
+            crate::ensure_output_path(flag, path)?;
         }
     }
     Ok(())
@@ -149,12 +140,26 @@ mod tests {
     fn bad_options_are_refused_before_training() {
         assert!(validate(&options()).is_ok());
         let err = |o: Options| validate(&o).unwrap_err().to_string();
-        assert!(
+        assert_eq!(
             err(Options {
                 lr: f32::INFINITY,
                 ..options()
+            }),
+            "--lr must be a finite number, not inf"
+        );
+        assert_eq!(
+            err(Options {
+                lr: -1.0,
+                ..options()
+            }),
+            "--lr must be positive, not -1"
+        );
+        assert!(
+            err(Options {
+                momentum: f32::NAN,
+                ..options()
             })
-            .contains("finite")
+            .contains("--momentum must be a finite number")
         );
         assert!(
             err(Options {

@@ -185,7 +185,7 @@ impl<'a> Trainer<'a> {
             metrics.write(p)?;
         }
         if !self.o.quiet {
-            self.print_summary(&results);
+            println!("{}", summary(self.o, &results));
         }
         Ok(results)
     }
@@ -463,23 +463,26 @@ impl<'a> Trainer<'a> {
             losses[bad]
         )
     }
-
-    fn print_summary(&self, results: &[Epoch]) {
-        let o = self.o;
-        let train_s: f64 = results.iter().map(|e| e.seconds).sum();
-        let last = results.last().unwrap();
-        println!(
-            "done: {} epochs in {train_s:.3} s of training ({:.6} s/epoch), final test accuracy {:.2}%{}",
-            o.epochs,
-            train_s / o.epochs as f64,
-            100.0 * last.test_accuracy,
-            o.save
-                .as_ref()
-                .map(|p| format!(", weights in {}", p.display()))
-                .unwrap_or_default()
-        );
-    }
 }
+
+/// The last line of a run of `o` that trained `results` (one per epoch): its time, the final
+/// accuracy and where the weights are. A quiet run's caller prints it where it wants that line
+/// alone.
+pub fn summary(o: &Options, results: &[Epoch]) -> String {
+    let train_s: f64 = results.iter().map(|e| e.seconds).sum();
+    let accuracy = results.last().map_or(f32::NAN, |e| e.test_accuracy);
+    format!(
+        "done: {} epochs in {train_s:.3} s of training ({:.6} s/epoch), final test accuracy {:.2}%{}",
+        o.epochs,
+        train_s / o.epochs as f64,
+        100.0 * accuracy,
+        o.save
+            .as_ref()
+            .map(|p| format!(", weights in {}", p.display()))
+            .unwrap_or_default()
+    )
+}
+
 /// The key of epoch `epoch`'s shuffle.
 fn epoch_seed(seed: u64, epoch: usize) -> u32 {
     (seed as u32).wrapping_mul(1000).wrapping_add(epoch as u32)
