@@ -73,8 +73,40 @@ pub mod ptx;
 pub mod regression;
 pub mod tma;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use std::path::Path;
+
+/// Refuses an output file that could not be written once the work is done: one in a directory
+/// that does not exist, or a path that is a directory. Checked before any work, so that a long
+/// run does not fail at its end; `flag` names the file in the error.
+pub fn ensure_output_path(flag: &str, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        ensure!(
+            dir.is_dir(),
+            "{flag} {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    ensure!(
+        !path.is_dir(),
+        "{flag} {} is a directory: give the file to write",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Refuses a real-valued flag that is infinite or not a number, which no check of its range
+/// would catch (NaN compares false with everything).
+pub fn ensure_finite(flag: &str, value: f32) -> Result<()> {
+    ensure!(
+        value.is_finite(),
+        "{flag} must be a finite number, not {value}"
+    );
+    Ok(())
+}
 
 /// Writes a file so that it is either wholly old or wholly new: a temporary file in the same
 /// directory, then a rename.
@@ -105,6 +137,33 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_paths_need_an_existing_directory_and_a_file_name() {
+        let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+        let e = ensure_output_path("--csv", &missing.join("t.csv"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--csv ") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = ensure_output_path("--trace", &std::env::temp_dir())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--trace") && e.contains("is a directory"), "{e}");
+        // A bare file name writes to the working directory, which exists.
+        assert!(ensure_output_path("--csv", Path::new("t.csv")).is_ok());
+    }
+
+    #[test]
+    fn only_finite_numbers_pass() {
+        assert!(ensure_finite("--lr", 0.5).is_ok());
+        for (bad, shown) in [(f32::INFINITY, "inf"), (f32::NAN, "NaN")] {
+            let e = ensure_finite("--lr", bad).unwrap_err().to_string();
+            assert_eq!(e, format!("--lr must be a finite number, not {shown}"));
+        }
+    }
 
     #[test]
     fn write_atomic_replaces_whole_files_and_leaves_nothing_on_failure() {

@@ -1,251 +1,82 @@
 //! `host`: train and benchmark with Rust GPU kernels. `host --help` lists the commands.
+mod cli;
+
 use anyhow::Result;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use gpu::gemm::Accum;
+use clap::FromArgMatches;
+use cli::{Cli, Command, GemmArgs};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
 use host::gemm_bench::{self, Entry};
-use host::ptx;
+use host::mlp::{Dataset, Options};
+use host::regression::report::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Neural-network training with GPU kernels written in Rust"
-)]
-struct Cli {
-    /// GPU to use (CUDA ordinal).
-    #[arg(long, global = true, default_value_t = 0)]
-    device: usize,
-    /// Load this embedded PTX (e.g. sm_75, or sm_90 for Hopper without its sm_90a-only
-    /// kernels) instead of the newest the GPU runs: an older architecture's kernels and engine
-    /// choices on a newer GPU. Its cubin is used only where that SASS runs on the GPU; otherwise
-    /// the driver compiles the PTX.
-    #[arg(long, global = true, value_name = "SM_XX", value_parser = ptx::parse_arch)]
-    ptx: Option<ptx::Target>,
-    /// Take this many KiB as the shared memory a block may use (at most the GPU's own opt-in
-    /// limit), so the persistent kernel's check and the GEMM configuration choice behave as on
-    /// a GPU with that much.
-    #[arg(long, global = true, value_name = "N")]
-    max_smem_kb: Option<u32>,
-    /// Have the driver compile the PTX even where an embedded cubin runs: its compiler may be
-    /// newer than the build's ptxas (and its code faster); the compile takes seconds on a first
-    /// run, after which the driver caches it.
-    #[arg(long, global = true)]
-    jit: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Describe the GPU, the embedded PTX chosen for it, the form loaded and its kernels.
+/// A command with every flag checked that can be without a GPU: what runs once one is open.
+enum Job {
     Info,
-    /// Benchmark the GEMM ladder against cuBLAS, checking every result.
-    Gemm(GemmArgs),
-    /// Linear regression y = w·x + b by full-batch gradient descent: the four variants, timed.
-    Regression(RegressionArgs),
-    /// Train an MLP on MNIST (or any IDX data set of the same form) with the Rust kernels.
-    Mnist(MnistArgs),
-    /// Train an MLP (4-5-3 by default) on Iris, embedded in the binary.
-    Iris(IrisArgs),
+    Gemm(GemmTable),
+    Regression(Report),
+    /// A training run and the data set it loads.
+    Train(Options, Data),
 }
 
-#[derive(clap::Args)]
-struct RegressionArgs {
-    /// Data points (80% train, 20% test).
-    #[arg(long, default_value_t = 5_000_000)]
-    points: usize,
-    /// Full-batch gradient steps.
-    #[arg(long, default_value_t = 200)]
-    epochs: usize,
-    /// Learning rate.
-    #[arg(long, default_value_t = 0.01)]
-    lr: f32,
-    /// Seed of the generated data.
-    #[arg(long, default_value_t = 0)]
-    seed: u32,
-    /// Standard deviation of the Gaussian noise added to y.
-    #[arg(long, default_value_t = 1.0)]
-    noise: f32,
-    /// True slope of the generated data.
-    #[arg(long, default_value_t = 2.0)]
-    w: f32,
-    /// True intercept of the generated data.
-    #[arg(long, default_value_t = 1.0)]
-    b: f32,
-    /// Run only this variant (default: all four).
-    #[arg(long, value_enum)]
-    variant: Option<host::regression::Variant>,
-    /// Streams of the `streams` variant.
-    #[arg(long, default_value_t = 4)]
-    streams: usize,
-    /// Write a Chrome trace (Perfetto) of one run of the chosen variant (default: unfused).
-    #[arg(long)]
-    trace: Option<PathBuf>,
-    /// Time every variant at 1M, 5M, 10M, 50M and 100M points (or --sweep-points).
-    #[arg(long)]
-    sweep: bool,
-    /// Point counts of --sweep, comma-separated (default: 1M, 5M, 10M, 50M, 100M).
-    #[arg(long, value_delimiter = ',')]
-    sweep_points: Vec<usize>,
-    /// Write the results as CSV.
-    #[arg(long)]
-    csv: Option<PathBuf>,
-}
-
-#[derive(clap::Args)]
-struct MnistArgs {
-    /// Directory with train-/t10k- images and labels (IDX, raw or .gz). Default: data/mnist.
-    #[arg(long)]
-    data: Option<PathBuf>,
-    #[command(flatten)]
-    train: TrainFlags,
-}
-
-#[derive(clap::Args)]
-struct IrisArgs {
-    #[command(flatten)]
-    train: TrainFlags,
-}
-
-/// Training flags shared by `mnist` and `iris`. The defaults of those that differ by data set
-/// come from its [`TrainDefaults`], which [`command`] gives each subcommand.
-#[derive(clap::Args)]
-struct TrainFlags {
-    /// Hidden layer widths, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    hidden: Vec<usize>,
-    /// Passes over the training set (0: only evaluate the weights of --load).
-    #[arg(long)]
-    epochs: Option<usize>,
-    /// Examples per step.
-    #[arg(long)]
-    batch: Option<usize>,
-    /// Learning rate of SGD.
-    #[arg(long)]
-    lr: Option<f32>,
-    /// Momentum of SGD.
-    #[arg(long, default_value_t = 0.9)]
-    momentum: f32,
-    /// Initialisation of the weights.
-    #[arg(long, value_enum, default_value = "kaiming")]
-    init: host::mlp::model::Init,
-    /// Seed of the initial weights, the shuffles and (Iris) the split.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Accumulator of the tensor-core GEMMs.
-    #[arg(long, default_value = "f16", value_parser = parse_accum)]
-    accum: Accum,
-    /// Launch each kernel of a step instead of replaying a captured CUDA graph.
-    #[arg(long)]
-    no_graph: bool,
-    /// Train with one kernel per operation (GEMMs, loss, bias gradients; on one GPU the
-    /// gradients' kernels take the SGD step; replayed as a CUDA graph) even
-    /// where the persistent kernel applies (one hidden layer, batch ≤ 128, sm_80+).
-    #[arg(long)]
-    layered: bool,
-    /// Hidden units a block of the persistent kernel takes: 8, or 16 or 32 (Hopper, fp16
-    /// accumulators; past 2,112 units 32 for the whole batch, W1's state in global memory). By
-    /// default the first kernel, in the host's order of preference, whose blocks are all
-    /// resident at once.
-    #[arg(long, value_parser = parse_slice_units)]
-    slice_units: Option<usize>,
-    /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.
-    #[arg(long)]
-    config: Option<String>,
-    /// Write per-step loss and per-epoch accuracy as CSV.
-    #[arg(long)]
-    metrics: Option<PathBuf>,
-    /// Write the weights (safetensors, PyTorch-loadable) after every epoch.
-    #[arg(long)]
-    save: Option<PathBuf>,
-    /// Start from saved weights (with --epochs 0: only evaluate them).
-    #[arg(long)]
-    load: Option<PathBuf>,
-    /// Print one line every this many epochs.
-    #[arg(long)]
-    print_every: Option<usize>,
-    /// Train data parallel on this many GPUs (from --device on), through NCCL: each takes an
-    /// equal share of every batch.
-    #[arg(long, default_value_t = 1)]
-    gpus: usize,
-}
-
-/// Defaults of one data set for its training flags.
-struct TrainDefaults {
-    hidden: usize,
-    epochs: usize,
-    batch: usize,
-    lr: f32,
-    print_every: usize,
-}
-
-const MNIST_DEFAULTS: TrainDefaults = TrainDefaults {
-    hidden: 128,
-    epochs: 10,
-    batch: 128,
-    lr: 0.05,
-    print_every: 1,
-};
-const IRIS_DEFAULTS: TrainDefaults = TrainDefaults {
-    hidden: 5,
-    epochs: 100,
-    batch: 16,
-    lr: 0.05,
-    print_every: 10,
-};
-
-#[derive(clap::Args)]
-struct GemmArgs {
-    /// Versions or configs to run (comma-separated: naive, smem, regblock, direct, a config name
-    /// such as tc80_128x128x32_64x64_s4, optionally with _f16/_f32). Default: all this GPU runs.
-    #[arg(long, value_delimiter = ',')]
-    config: Vec<String>,
-    /// Accumulator for config names given without a suffix.
-    #[arg(long, default_value = "f16", value_parser = parse_accum)]
-    accum: Accum,
-    /// Problem sizes as MxNxK (comma-separated; NN layout) or names: square256 … square8192;
-    /// the MNIST MLP's products at hidden width H, mlpH.fwd1, .fwd2, .dx2, .dw2, .dw1 (batch
-    /// 128; mlpHbB.fwd1 and so on at batch B); its weight gradients run together as the step
-    /// runs them, mlpH.dw2+dw1 (cuBLAS's pair against the host's own tiles, whatever --config
-    /// says). Default: the squares, and the MLP's products and pairs at H = 128, 4096, 8192.
-    #[arg(long, value_delimiter = ',')]
-    sizes: Vec<String>,
-    /// Also run every tensor-core `mma.sync` version with K split over each of these numbers
-    /// of slices (comma-separated), summed by the split-K reduction.
-    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(2..=1024))]
-    split_k: Vec<u32>,
-    /// Largest dimension the SIMT versions run at.
-    #[arg(long, default_value_t = 2048)]
+/// `host gemm`'s flags, parsed.
+struct GemmTable {
+    versions: Vec<Version>,
+    entries: Vec<Entry>,
+    splits: Vec<usize>,
     simt_max: usize,
-    /// Time each row for about this long (ms), in at most one replay per ms: rows faster than
-    /// that take less. Longer runs hold the GPU at the clock and power it settles to under
-    /// sustained load.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=60_000))]
     time_ms: u32,
-    /// Also write the table as CSV.
-    #[arg(long)]
     csv: Option<PathBuf>,
 }
 
-fn parse_accum(s: &str) -> Result<Accum, String> {
-    match s {
-        "f16" => Ok(Accum::F16),
-        "f32" => Ok(Accum::F32),
-        _ => Err(format!("accumulator must be f16 or f32, not {s:?}")),
-    }
+/// Where a training run's data set comes from.
+enum Data {
+    /// MNIST's IDX files in this directory.
+    Mnist(PathBuf),
+    /// Iris, embedded in the binary.
+    Iris,
 }
 
-fn parse_slice_units(s: &str) -> Result<usize, String> {
-    match s.parse() {
-        Ok(u @ (8 | 16 | 32)) => Ok(u),
-        _ => Err(format!("a block takes 8, 16 or 32 hidden units, not {s:?}")),
+/// The GPU's options and the command's job, checked: a bad flag is one error line here, before
+/// any GPU is touched or any work done.
+fn check(cli: &Cli) -> Result<(GpuOptions, Job)> {
+    let opts = GpuOptions {
+        ptx: cli.ptx,
+        max_smem: cli.max_smem_kb.map(|kb| kb as usize * 1024),
+        jit: cli.jit,
+    };
+    opts.validate()?;
+    if let Some(target) = opts.ptx {
+        host::ptx::ensure_embedded(target)?;
     }
+    let job = match &cli.command {
+        Command::Info => Job::Info,
+        Command::Gemm(a) => Job::Gemm(gemm_table(a)?),
+        Command::Regression(a) => {
+            let report = regression_report(a);
+            report.validate()?;
+            Job::Regression(report)
+        }
+        Command::Mnist(a) => {
+            let o = training(&a.train, Options::mnist())?;
+            let dir = host::mnist::data_dir(a.data.as_deref())?;
+            Job::Train(o, Data::Mnist(dir))
+        }
+        Command::Iris(a) => Job::Train(training(&a.train, Options::iris())?, Data::Iris),
+    };
+    Ok((opts, job))
 }
 
-fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
+/// A training run's options from its flags and the data set's defaults, checked.
+fn training(flags: &cli::TrainFlags, defaults: Options) -> Result<Options> {
+    let o = cli::train_options(flags, defaults)?;
+    host::mlp::validate(&o)?;
+    Ok(o)
+}
+
+fn gemm_table(a: &GemmArgs) -> Result<GemmTable> {
     let versions = a
         .config
         .iter()
@@ -259,7 +90,41 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
             .map(|s| Entry::parse(s))
             .collect::<Result<_>>()?
     };
-    for v in &versions {
+    if let Some(path) = &a.csv {
+        host::ensure_output_path("--csv", path)?;
+    }
+    Ok(GemmTable {
+        versions,
+        entries,
+        splits: a.split_k.iter().map(|&s| s as usize).collect(),
+        simt_max: a.simt_max,
+        time_ms: a.time_ms,
+        csv: a.csv.clone(),
+    })
+}
+
+fn regression_report(a: &cli::RegressionArgs) -> Report {
+    Report {
+        options: host::regression::Options {
+            points: a.points,
+            epochs: a.epochs,
+            lr: a.lr,
+            seed: a.seed,
+            noise: a.noise,
+            w: a.w,
+            b: a.b,
+            streams: a.streams,
+        },
+        variant: a.variant,
+        sweep: a.sweep,
+        sweep_points: a.sweep_points.clone(),
+        trace: a.trace.clone(),
+        csv: a.csv.clone(),
+    }
+}
+
+fn gemm(gpu: &Gpu, t: &GemmTable) -> Result<()> {
+    for v in &t.versions {
         v.ensure_runs_on(gpu)?;
     }
     println!(
@@ -268,18 +133,17 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
         gpu.name()?,
         gpu.describe_ptx()
     );
-    let budget = f64::from(a.time_ms);
+    let budget = f64::from(t.time_ms);
     gemm_bench::roof(gpu, budget, &mut std::io::stdout())?;
-    let splits: Vec<usize> = a.split_k.iter().map(|&s| s as usize).collect();
     let rows = gemm_bench::run(
         gpu,
-        (&versions, &splits),
-        &entries,
-        a.simt_max,
+        (&t.versions, &t.splits),
+        &t.entries,
+        t.simt_max,
         budget,
         &mut std::io::stdout(),
     )?;
-    if let Some(path) = &a.csv {
+    if let Some(path) = &t.csv {
         gemm_bench::write_csv(path, &rows, &gpu.name()?)?;
         println!("wrote {}", path.display());
     }
@@ -287,126 +151,37 @@ fn gemm(gpu: &Gpu, a: &GemmArgs) -> Result<()> {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let opts = GpuOptions {
-        ptx: cli.ptx,
-        max_smem: cli.max_smem_kb.map(|kb| kb as usize * 1024),
-        jit: cli.jit,
-    };
     // Bad flags are reported before the GPU is touched.
-    opts.validate()?;
-    match &cli.command {
-        Command::Mnist(a) => host::mlp::validate(&train_options(&a.train, &MNIST_DEFAULTS)?)?,
-        Command::Iris(a) => host::mlp::validate(&train_options(&a.train, &IRIS_DEFAULTS)?)?,
-        Command::Regression(a) => host::regression::validate(&regression_options(a, a.points))?,
-        _ => {}
-    }
+    let (opts, job) = check(&cli)?;
     let device = cli.device;
     let open = || Gpu::with_options(device, &opts);
-    match cli.command {
-        Command::Info => host::info::print(&open()?),
-        Command::Gemm(a) => gemm(&open()?, &a),
-        Command::Regression(a) => regression(&open()?, &a),
-        Command::Mnist(a) => {
-            let o = train_options(&a.train, &MNIST_DEFAULTS)?;
-            let ds = host::mnist::load(&a.data.clone().unwrap_or_else(host::mnist::default_dir))?;
-            train((device, &opts), &o, &ds)
-        }
-        Command::Iris(a) => {
-            let o = train_options(&a.train, &IRIS_DEFAULTS)?;
-            let ds = host::iris::load(host::iris::CSV, a.train.seed)?;
+    match job {
+        Job::Info => host::info::print(&open()?),
+        Job::Gemm(t) => gemm(&open()?, &t),
+        Job::Regression(report) => report.run(&open()?),
+        Job::Train(o, data) => {
+            let ds = match data {
+                Data::Mnist(dir) => host::mnist::load(&dir)?,
+                Data::Iris => host::iris::load(host::iris::CSV, o.seed)?,
+            };
             train((device, &opts), &o, &ds)
         }
     }
 }
 
 /// Trains on GPU `device` (ordinal, options), or data parallel on `o.gpus` GPUs from it on,
-/// each opened with the same options.
-fn train(
-    (device, opts): (usize, &GpuOptions),
-    o: &host::mlp::Options,
-    ds: &host::mlp::Dataset,
-) -> Result<()> {
-    if o.gpus > 1 {
-        host::mlp::train_data_parallel(device, opts, o, ds)?;
+/// each opened with the same options. A quiet run prints its last line alone, here.
+fn train((device, opts): (usize, &GpuOptions), o: &Options, ds: &Dataset) -> Result<()> {
+    let results = if o.gpus > 1 {
+        host::mlp::train_data_parallel(device, opts, o, ds)?
     } else {
-        host::mlp::train(&Gpu::with_options(device, opts)?, o, ds)?;
+        host::mlp::train(&Gpu::with_options(device, opts)?, o, ds)?
+    };
+    // With --epochs 0 the evaluation's line is the last, printed however quiet.
+    if o.quiet && o.epochs > 0 {
+        println!("{}", host::mlp::summary(o, &results));
     }
     Ok(())
-}
-
-fn regression_options(a: &RegressionArgs, points: usize) -> host::regression::Options {
-    host::regression::Options {
-        points,
-        epochs: a.epochs,
-        lr: a.lr,
-        seed: a.seed,
-        noise: a.noise,
-        w: a.w,
-        b: a.b,
-        streams: a.streams,
-    }
-}
-
-fn regression(gpu: &Gpu, a: &RegressionArgs) -> Result<()> {
-    host::regression::report::Report {
-        options: regression_options(a, a.points),
-        variant: a.variant,
-        sweep: a.sweep,
-        sweep_points: a.sweep_points.clone(),
-        trace: a.trace.clone(),
-        csv: a.csv.clone(),
-    }
-    .run(gpu)
-}
-
-fn train_options(a: &TrainFlags, d: &TrainDefaults) -> Result<host::mlp::Options> {
-    Ok(host::mlp::Options {
-        hidden: if a.hidden.is_empty() {
-            vec![d.hidden]
-        } else {
-            a.hidden.clone()
-        },
-        epochs: a.epochs.unwrap_or(d.epochs),
-        batch: a.batch.unwrap_or(d.batch),
-        lr: a.lr.unwrap_or(d.lr),
-        momentum: a.momentum,
-        init: a.init,
-        seed: a.seed,
-        accum: a.accum,
-        graph: !a.no_graph,
-        layered: a.layered,
-        slice_units: a.slice_units,
-        config: a
-            .config
-            .as_ref()
-            .map(|c| Version::parse(c, a.accum))
-            .transpose()?,
-        metrics: a.metrics.clone(),
-        save: a.save.clone(),
-        load: a.load.clone(),
-        quiet: false,
-        print_every: a.print_every.unwrap_or(d.print_every),
-        gpus: a.gpus,
-    })
-}
-
-/// The command line: the derived one, with each data set's training defaults set (and so shown
-/// in its help) on its subcommand.
-fn command() -> clap::Command {
-    Cli::command()
-        .mut_subcommand("mnist", |c| with_defaults(c, &MNIST_DEFAULTS))
-        .mut_subcommand("iris", |c| with_defaults(c, &IRIS_DEFAULTS))
-}
-
-fn with_defaults(c: clap::Command, d: &TrainDefaults) -> clap::Command {
-    let set = |c: clap::Command, name: &'static str, value: String| {
-        c.mut_arg(name, |a| a.default_value(value))
-    };
-    let c = set(c, "hidden", d.hidden.to_string());
-    let c = set(c, "epochs", d.epochs.to_string());
-    let c = set(c, "batch", d.batch.to_string());
-    let c = set(c, "lr", d.lr.to_string());
-    set(c, "print_every", d.print_every.to_string())
 }
 
 fn main() -> ExitCode {
@@ -416,7 +191,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&cli::command().get_matches()).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -430,145 +205,96 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    /// The help of `host <args>`, as clap prints it.
-    fn help(args: &[&str]) -> String {
-        let Err(err) = command().try_get_matches_from(args) else {
-            panic!("--help stops parsing")
-        };
-        assert_eq!(err.kind(), clap::error::ErrorKind::DisplayHelp);
-        err.to_string()
+    /// The error `host <args>` stops with, which must come from the checks before any GPU
+    /// work: on a machine without one, a check that came later would give the driver's error.
+    fn error(args: &[&str]) -> String {
+        let m = cli::command().try_get_matches_from(args).unwrap();
+        let e = run(Cli::from_arg_matches(&m).unwrap()).unwrap_err();
+        let line = format!("{e:#}");
+        assert!(!line.contains('\n'), "{args:?}: {line}");
+        line
     }
 
     #[test]
-    fn mnist_and_iris_help_show_their_own_training_defaults() {
-        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
-            let text = help(&["host", name, "--help"]);
-            // Each flag's entry: its line and those after it, up to the next flag's.
-            let entry = |flag: &str| {
-                let mut lines = text
-                    .lines()
-                    .skip_while(|l| !l.trim_start().starts_with(flag));
-                let first = lines.next().unwrap_or_default();
-                let rest = lines.take_while(|l| !l.trim_start().starts_with('-'));
-                std::iter::once(first)
-                    .chain(rest)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            for (flag, value) in [
-                ("--hidden", d.hidden.to_string()),
-                ("--epochs", d.epochs.to_string()),
-                ("--batch", d.batch.to_string()),
-                ("--lr", d.lr.to_string()),
-                ("--print-every", d.print_every.to_string()),
-            ] {
-                let entry = entry(&format!("{flag} "));
-                assert!(
-                    entry.contains(&format!("[default: {value}]")),
-                    "{name} {flag}: {entry:?} in\n{text}"
-                );
-            }
-        }
-        assert_ne!(MNIST_DEFAULTS.epochs, IRIS_DEFAULTS.epochs);
-    }
-
-    #[test]
-    fn every_argument_of_every_subcommand_has_help() {
-        let c = command();
-        let global = c.get_arguments().map(|a| (String::from("host"), a));
-        let subs = c
-            .get_subcommands()
-            .flat_map(|s| s.get_arguments().map(|a| (s.get_name().to_string(), a)));
-        for (cmd, arg) in global.chain(subs) {
-            let text = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-            assert!(
-                !text.trim().is_empty(),
-                "{cmd} --{} has no help",
-                arg.get_id()
-            );
-        }
-        for name in ["info", "gemm", "regression", "mnist", "iris"] {
-            assert!(c.find_subcommand(name).is_some(), "{name}");
-        }
-    }
-
-    #[test]
-    fn unset_training_flags_take_the_data_sets_defaults() {
-        for (name, d) in [("mnist", &MNIST_DEFAULTS), ("iris", &IRIS_DEFAULTS)] {
-            let m = command().try_get_matches_from(["host", name]).unwrap();
-            let o = match Cli::from_arg_matches(&m).unwrap().command {
-                Command::Mnist(a) => train_options(&a.train, d).unwrap(),
-                Command::Iris(a) => train_options(&a.train, d).unwrap(),
-                _ => unreachable!(),
-            };
-            assert_eq!(
-                (o.hidden, o.epochs, o.batch, o.lr, o.print_every),
-                (vec![d.hidden], d.epochs, d.batch, d.lr, d.print_every),
-                "{name}"
-            );
-        }
-        let m = command()
-            .try_get_matches_from(["host", "iris", "--epochs", "7"])
-            .unwrap();
-        let Command::Iris(a) = Cli::from_arg_matches(&m).unwrap().command else {
-            unreachable!()
-        };
-        assert_eq!(train_options(&a.train, &IRIS_DEFAULTS).unwrap().epochs, 7);
-    }
-
-    #[test]
-    fn slice_units_are_8_16_or_32() {
-        let units = |v: &str| {
-            let m = command().try_get_matches_from(["host", "mnist", "--slice-units", v])?;
-            let Command::Mnist(a) = Cli::from_arg_matches(&m).unwrap().command else {
-                unreachable!()
-            };
-            Ok::<_, clap::Error>(
-                train_options(&a.train, &MNIST_DEFAULTS)
-                    .unwrap()
-                    .slice_units,
-            )
-        };
-        for u in [8, 16, 32] {
-            assert_eq!(units(&u.to_string()).unwrap(), Some(u));
-        }
-        for bad in ["12", "64", "0", "x"] {
-            let e = units(bad).unwrap_err().to_string();
-            assert!(e.contains("8, 16 or 32 hidden units"), "{e}");
-        }
-    }
-
-    #[test]
-    fn emulation_flags_are_global_and_bad_values_are_errors_before_the_gpu() {
-        let parse = |args: &[&str]| {
-            let m = command().try_get_matches_from(args)?;
-            Ok::<_, clap::Error>(Cli::from_arg_matches(&m).unwrap())
-        };
-        for args in [
-            &["host", "--ptx", "sm_75", "--max-smem-kb", "64", "mnist"][..],
-            &["host", "gemm", "--max-smem-kb", "64", "--ptx", "sm_75"],
-        ] {
-            let cli = parse(args).unwrap();
-            let sm_75 = ptx::parse_arch("sm_75").ok();
-            assert_eq!((cli.ptx, cli.max_smem_kb), (sm_75, Some(64)), "{args:?}");
-        }
-        let cli = parse(&["host", "info"]).unwrap();
-        assert_eq!((cli.ptx, cli.max_smem_kb), (None, None));
-        for bad in [
-            &["host", "info", "--ptx", "75"][..],
-            &["host", "info", "--max-smem-kb", "-1"],
-        ] {
-            assert!(parse(bad).is_err(), "{bad:?}");
-        }
-        let e = run(parse(&["host", "info", "--max-smem-kb", "0"]).unwrap()).unwrap_err();
-        assert!(
-            e.to_string().contains("--max-smem-kb must be positive"),
-            "{e}"
+    fn bad_values_are_one_line_errors_before_the_gpu() {
+        let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+        let missing = missing.to_str().unwrap();
+        let not_embedded = (30..=120)
+            .map(host::ptx::Target::portable)
+            .find(|t| host::ptx::EMBEDDED.iter().all(|p| p.target() != *t))
+            .unwrap()
+            .to_string();
+        let (weights, table, trace) = (
+            format!("{missing}/w.safetensors"),
+            format!("{missing}/gemm.csv"),
+            format!("{missing}/t.json"),
         );
-    }
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        command().debug_assert();
+        let here = std::env::temp_dir();
+        let here = here.to_str().unwrap();
+        for (args, says) in [
+            (
+                vec!["info", "--max-smem-kb", "0"],
+                "--max-smem-kb must be positive".to_string(),
+            ),
+            (
+                vec!["--ptx", not_embedded.as_str(), "info"],
+                format!("--ptx {not_embedded} is not embedded"),
+            ),
+            (
+                vec!["mnist", "--lr", "-1"],
+                "--lr must be positive, not -1".into(),
+            ),
+            (
+                vec!["mnist", "--lr", "inf"],
+                "--lr must be a finite number, not inf".into(),
+            ),
+            (
+                vec!["iris", "--lr", "NaN"],
+                "--lr must be a finite number, not NaN".into(),
+            ),
+            (
+                vec!["iris", "--momentum", "-0.5"],
+                "--momentum must be in [0, 1), not -0.5".into(),
+            ),
+            (vec!["mnist", "--config", "nope"], "\"nope\"".into()),
+            (vec!["mnist", "--data", missing], "--data".into()),
+            (
+                vec!["mnist", "--save", weights.as_str()],
+                "does not exist".into(),
+            ),
+            (vec!["gemm", "--sizes", "64x32"], "size \"64x32\"".into()),
+            (
+                vec!["gemm", "--config", "nope"],
+                "unknown GEMM version".into(),
+            ),
+            (
+                vec!["gemm", "--csv", table.as_str()],
+                format!("--csv {missing}/gemm.csv: directory {missing} does not exist"),
+            ),
+            (
+                vec!["regression", "--csv", here],
+                format!("--csv {here} is a directory"),
+            ),
+            (
+                vec!["regression", "--trace", trace.as_str()],
+                "--trace".into(),
+            ),
+            (
+                vec!["regression", "--lr", "-0.1"],
+                "--lr must be positive, not -0.1".into(),
+            ),
+            (
+                vec!["regression", "--w", "inf"],
+                "--w must be a finite number, not inf".into(),
+            ),
+            (
+                vec!["regression", "--sweep", "--sweep-points", "3"],
+                "--sweep-points 3: --points must be at least 5".into(),
+            ),
+        ] {
+            let args: Vec<&str> = std::iter::once("host").chain(args).collect();
+            let e = error(&args);
+            assert!(e.contains(&says), "{args:?}: {e}");
+        }
     }
 }

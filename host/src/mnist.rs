@@ -157,9 +157,57 @@ pub fn default_dir() -> PathBuf {
     PathBuf::from("data/mnist")
 }
 
+/// The data directory `--data` names (`given`), else [`default_dir`]. Where it is missing the
+/// error names `--data`: run from outside the repository, the default is not there.
+pub fn data_dir(given: Option<&Path>) -> Result<PathBuf> {
+    dir_or(given, default_dir())
+}
+
+fn dir_or(given: Option<&Path>, default: PathBuf) -> Result<PathBuf> {
+    let Some(dir) = given else {
+        ensure!(
+            default.is_dir(),
+            "no MNIST in {}, the default data directory (the repository's, from its root or \
+             host/): give the directory of its IDX files with --data DIR",
+            default.display()
+        );
+        return Ok(default);
+    };
+    ensure!(
+        dir.is_dir(),
+        "--data {}: {}",
+        dir.display(),
+        if dir.exists() {
+            "not a directory"
+        } else {
+            "no such directory"
+        }
+    );
+    Ok(dir.to_path_buf())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_data_directory_names_the_flag() {
+        let missing = std::env::temp_dir().join(format!("no-mnist-{}", std::process::id()));
+        let e = dir_or(None, missing.clone()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("no MNIST in ") && e.contains("--data DIR"),
+            "{e}"
+        );
+        let e = dir_or(Some(&missing), default_dir())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--data ") && e.ends_with("no such directory"),
+            "{e}"
+        );
+        let here = std::env::temp_dir();
+        assert_eq!(dir_or(Some(&here), missing).unwrap(), here);
+    }
 
     fn idx(dims: &[u32], data: &[u8]) -> Vec<u8> {
         let mut v = vec![0, 0, 8, dims.len() as u8];

@@ -72,15 +72,32 @@ pub fn choose(sm: u32, requested: Option<Target>) -> Result<&'static EmbeddedPtx
     choose_among(EMBEDDED, sm, requested)
 }
 
+/// The architectures of `list`, as an error lists them: `sm_80, sm_90a`.
+fn archs_of(list: &[EmbeddedPtx]) -> String {
+    let archs: Vec<_> = list.iter().map(|p| p.arch).collect();
+    archs.join(", ")
+}
+
+/// Refuses a `--ptx` this build did not embed, which is known before any GPU is opened.
+pub fn ensure_embedded(want: Target) -> Result<()> {
+    ensure_among(EMBEDDED, want)
+}
+
+fn ensure_among(list: &[EmbeddedPtx], want: Target) -> Result<()> {
+    anyhow::ensure!(
+        list.iter().any(|p| p.target() == want),
+        "--ptx {want} is not embedded (this build has {}); rebuild with GPU_ARCHS including it",
+        archs_of(list)
+    );
+    Ok(())
+}
+
 fn choose_among(
     list: &'static [EmbeddedPtx],
     sm: u32,
     requested: Option<Target>,
 ) -> Result<&'static EmbeddedPtx> {
-    let built = || {
-        let archs: Vec<_> = list.iter().map(|p| p.arch).collect();
-        archs.join(", ")
-    };
+    let built = || archs_of(list);
     let Some(want) = requested else {
         return best_among(list, sm).with_context(|| {
             if list.iter().any(|p| p.sm <= sm) {
@@ -187,6 +204,19 @@ mod tests {
             cubin: None,
         },
     ];
+
+    #[test]
+    fn a_ptx_not_embedded_is_refused_without_a_gpu() {
+        assert!(ensure_among(&LIST, Target::portable(80)).is_ok());
+        let e = ensure_among(&LIST, Target::portable(61))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--ptx sm_61 is not embedded (this build has sm_75, sm_90, sm_80, sm_90a); \
+             rebuild with GPU_ARCHS including it"
+        );
+    }
 
     fn arch(sm: u32) -> Option<Target> {
         Some(Target::portable(sm))

@@ -11,7 +11,7 @@ use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
 use host::mlp::model::{Init, Mlp, init_params, param_layout};
 use host::mlp::persistent::{self, Feed, Persistent, Support};
-use host::mlp::{Dataset, Options, header, reference, train};
+use host::mlp::{Dataset, Options, StepShape, header, reference, train};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// Whether the persistent kernel trains the run of `o` on MNIST here, by the check the
@@ -30,6 +30,7 @@ fn one_step_gradients_match_cpu_reference() {
     for acc in [Accum::F16, Accum::F32] {
         for sizes in [vec![40usize, 24, 10], vec![30, 33, 17, 10]] {
             let rows = 19;
+            let one_step = StepShape::new(rows, rows, 1);
             // fp16-representable parameters and inputs, so both sides see the same operands.
             let params: Vec<f32> = init_params(&sizes, Init::Kaiming, 9)
                 .iter()
@@ -40,9 +41,9 @@ fn one_step_gradients_match_cpu_reference() {
                 .collect();
             let labels: Vec<u8> = (0..rows).map(|_| rng.random_range(0..10)).collect();
             let mut measure = Arena::measuring();
-            Mlp::new(&g, &mut measure, &sizes, rows, rows, acc, None).unwrap();
+            Mlp::new(&g, &mut measure, &sizes, &one_step, rows, acc, None).unwrap();
             let mut arena = Arena::new(&g, measure.used()).unwrap();
-            let m = Mlp::new(&g, &mut arena, &sizes, rows, rows, acc, None).unwrap();
+            let m = Mlp::new(&g, &mut arena, &sizes, &one_step, rows, acc, None).unwrap();
             m.set_params(&params).unwrap();
             let (dx, dy) = (g.upload(&x).unwrap(), g.upload(&labels).unwrap());
             // Slot 2 of three, read from the step counter, which the loss advances.
@@ -400,7 +401,12 @@ fn persistent_steps_against_cpu(
                     continue;
                 }
                 let carve = |arena: &mut Arena| {
-                    let m = Mlp::new(g, arena, &sizes, batch, batch, acc, None).unwrap();
+                    let shape = StepShape {
+                        batch,
+                        rows: batch,
+                        steps,
+                    };
+                    let m = Mlp::new(g, arena, &sizes, &shape, batch, acc, None).unwrap();
                     let p = Persistent::new(g, arena, &sizes, (batch, steps), acc, feed).unwrap();
                     (m, p)
                 };

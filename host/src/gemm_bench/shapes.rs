@@ -1,7 +1,7 @@
 //! The table's problems: squares and the MLP's products, each with its epilogue, and the pairs
 //! of products the step runs at the same time.
 use crate::gemm::{Problem, SgdStep};
-use crate::mlp::model::stride;
+use crate::mlp::layer::{self, Product};
 use anyhow::{Result, anyhow, bail};
 use gpu::gemm::Layout;
 
@@ -64,8 +64,14 @@ pub(super) const STEP: SgdStep = SgdStep {
 /// The batch of the default MLP shapes, which their names leave out.
 const BATCH: usize = 128;
 
-/// The MLP's products by name.
-const PRODUCTS: [&str; 5] = ["fwd1", "fwd2", "dx2", "dw2", "dw1"];
+/// The MLP's products by name, in the order the step runs them: `fwd1`, `fwd2`, `dx2`, `dw2`,
+/// `dw1`.
+fn products() -> Vec<String> {
+    layer::step_products(2)
+        .into_iter()
+        .map(|(l, p)| p.name(l))
+        .collect()
+}
 
 impl Shape {
     fn new(name: String, problem: Problem, epilogue: Epilogue) -> Shape {
@@ -87,7 +93,7 @@ impl Shape {
                 anyhow!(
                     "{s:?}: no product {product:?} (the MLP's are {}, and the pair \
                          dw2+dw1)",
-                    PRODUCTS.join(", ")
+                    products().join(", ")
                 )
             });
         }
@@ -163,7 +169,7 @@ pub fn default_pairs() -> Vec<Pair> {
 /// The MLP's two weight gradients at hidden `h` and batch `b`: the output layer's beside the
 /// first layer's, as the step runs them.
 fn mlp_pair(h: usize, b: usize) -> Pair {
-    let product = |name| mlp_product(h, b, name).expect("dw1 and dw2 are among PRODUCTS");
+    let product = |name| mlp_product(h, b, name).expect("dw1 and dw2 are among the products");
     Pair {
         name: format!("{}.dw2+dw1", mlp_prefix(h, b)),
         beside: product("dw2"),
@@ -173,62 +179,29 @@ fn mlp_pair(h: usize, b: usize) -> Pair {
 
 /// One of [`mlp_shapes`] by its product's name.
 fn mlp_product(h: usize, b: usize, product: &str) -> Option<Shape> {
-    let i = PRODUCTS.iter().position(|&p| p == product)?;
+    let i = products().iter().position(|p| p == product)?;
     mlp_shapes(h, b).into_iter().nth(i)
 }
 
 /// The GEMMs of a training step of the MNIST MLP (784-`h`-10, batch `b`) as the layered step
-/// runs them, in [`PRODUCTS`]' order: activations and their gradients in rows padded to whole
-/// 16-byte chunks (the 10 logits' to 16), each product's epilogue fused.
+/// runs them (the model's own problems, [`layer::problem`]), in the order of [`products`]:
+/// activations and their gradients in rows padded to whole 16-byte chunks (the 10 logits' to
+/// 16), each product's epilogue fused.
 pub fn mlp_shapes(h: usize, b: usize) -> Vec<Shape> {
-    let (i, o) = (784, 10);
-    let problems = [
-        (
-            Problem {
-                lda: stride(i),
-                ldc: stride(h),
-                ..Problem::new(b, h, i, Layout::NT)
-            },
-            Epilogue::BiasRelu,
-        ),
-        (
-            Problem {
-                lda: stride(h),
-                ldc: stride(o),
-                ..Problem::new(b, o, h, Layout::NT)
-            },
-            Epilogue::None,
-        ),
-        (
-            Problem {
-                lda: stride(o),
-                ldc: stride(h),
-                ..Problem::new(b, h, o, Layout::NN)
-            },
-            Epilogue::Gate,
-        ),
-        (
-            Problem {
-                lda: stride(o),
-                ldb: stride(h),
-                ..Problem::new(o, h, b, Layout::TN)
-            },
-            Epilogue::Step,
-        ),
-        (
-            Problem {
-                lda: stride(h),
-                ldb: stride(i),
-                ..Problem::new(h, i, b, Layout::TN)
-            },
-            Epilogue::Step,
-        ),
-    ];
+    let sizes = [784, h, 10];
     let prefix = mlp_prefix(h, b);
-    PRODUCTS
-        .iter()
-        .zip(problems)
-        .map(|(name, (p, e))| Shape::new(format!("{prefix}.{name}"), p, e))
+    layer::step_products(2)
+        .into_iter()
+        .map(|(l, product)| {
+            let problem = layer::problem(&sizes, l, product, b);
+            let epilogue = match product {
+                Product::Forward if problem.relu => Epilogue::BiasRelu,
+                Product::Forward => Epilogue::None,
+                Product::InputGradient => Epilogue::Gate,
+                Product::WeightGradient => Epilogue::Step,
+            };
+            Shape::new(format!("{prefix}.{}", product.name(l)), problem, epilogue)
+        })
         .collect()
 }
 

@@ -1,13 +1,13 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
+use super::layer::{self, Product, stride};
+use super::shape::StepShape;
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, SideStream, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, LaunchConfig};
-use gpu::gemm::Sgd;
-use gpu::gemm::{Accum, Layout};
-use gpu::layout::CHUNK;
+use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
@@ -86,10 +86,10 @@ pub struct Mlp<'g> {
     /// Most rows a forward pass may take.
     pub rows: usize,
     acc: Accum,
-    /// GEMM version per layer: forward, weight gradient, input gradient.
-    plans: [Vec<[Plan; 3]>; 2],
-    /// Rows of a training step; the GEMMs of other row counts use the evaluation plans.
-    train_rows: usize,
+    plans: Plans,
+    /// The training step: the GEMMs of its rows use the training plans, those of other row
+    /// counts the evaluation plans.
+    step: StepShape,
     /// Split-K workspace of the GEMMs on the GPU's stream, sized for the largest plan.
     ws: Buf<f32>,
     /// Where the parameters' gradients (and steps) run beside the rest of the backward pass.
@@ -123,26 +123,67 @@ pub struct Plan {
     pub split_k: usize,
 }
 
-/// The three GEMMs of layer `i → o` over `rows` rows: forward (rows×o×i), weight gradient
-/// (o×i×rows) and input gradient (rows×i×o), as (M, N, K).
-fn layer_shapes(rows: usize, i: usize, o: usize) -> [(usize, usize, usize); 3] {
-    [(rows, o, i), (o, i, rows), (rows, i, o)]
-}
+/// How every GEMM of the model runs: per layer and [`Product`], for a training step's rows and
+/// for an evaluation's.
+type Plans = [Vec<[Plan; 3]>; 2];
 
-/// Leading dimension of layer `l`'s input: the samples' rows as given, or the padded rows of
-/// the layer before's outputs.
-fn input_ld(sizes: &[usize], l: usize) -> usize {
-    match l {
-        0 => sizes[0],
-        _ => stride(sizes[l]),
+/// Every layer's GEMM plans (indexed by [`Product`]) for a training step's rows and for an
+/// evaluation's, `rows`, and the split-K workspace they need on the GPU's stream and beside it.
+fn plan_gemms(
+    gpu: &Gpu,
+    sizes: &[usize],
+    rows: [usize; 2],
+    acc: Accum,
+    config: Option<Version>,
+) -> Result<(Plans, [usize; 2])> {
+    let plan = |p: &Problem, usage: Usage| -> Result<Plan> {
+        Ok(match config {
+            Some(version) => Plan {
+                version,
+                split_k: 1,
+            },
+            None => {
+                let (version, split_k) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, acc)?;
+                Plan { version, split_k }
+            }
+        })
+    };
+    let mut plans: Plans = [Vec::new(), Vec::new()];
+    // Workspace lengths on the GPU's stream and beside it (weight gradients of training
+    // steps).
+    let mut ws_len = [0, 0];
+    for (slot, r) in rows.into_iter().enumerate() {
+        for l in 0..sizes.len() - 1 {
+            let problems = Product::ALL.map(|p| layer::problem(sizes, l, p, r));
+            let beside = slot == 0 && weight_gradient_beside(l);
+            // A training step's weight gradients take their SGD step in the epilogue (on
+            // one GPU; replicas of a data-parallel run step after the all-reduce, and keep
+            // the plan).
+            let gradient = Usage {
+                beside,
+                steps: slot == 0,
+                ..Usage::default()
+            };
+            // The forward reads the layer's input and W, the input gradient the output
+            // gradient's padded rows and W.
+            let [fwd, dw, dx] = problems;
+            let p = [
+                plan(&fwd, Usage::aligned(fwd.lda, fwd.ldb))?,
+                plan(&dw, gradient)?,
+                plan(&dx, Usage::aligned(dx.lda, dx.ldb))?,
+            ];
+            for (product, (q, prob)) in Product::ALL.into_iter().zip(p.iter().zip(problems)) {
+                let prob = Problem {
+                    split_k: q.split_k,
+                    ..prob
+                };
+                let on = usize::from(product == Product::WeightGradient && beside);
+                ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
+            }
+            plans[slot].push(p);
+        }
     }
-}
-
-/// Leading dimension of a layer's outputs and their gradients: the width rounded up to whole
-/// 16-byte chunks, so that every GEMM reading them (the 10 logits' gradient too) copies whole
-/// chunks instead of single elements.
-pub fn stride(width: usize) -> usize {
-    width.next_multiple_of(CHUNK)
+    Ok((plans, ws_len))
 }
 
 /// Launches `gather_batch` with `p` on the GPU's stream: a thread per feature of the batch.
@@ -192,15 +233,15 @@ pub fn sgd_update(gpu: &Gpu, stream: &CudaStream, p: SgdUpdate) -> Result<()> {
 }
 
 impl<'g> Mlp<'g> {
-    /// Carves from `arena` everything training steps of `train_rows` rows and forward passes of
-    /// up to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config`
-    /// forces one tensor-core configuration for every GEMM; otherwise each shape gets the host's
-    /// choice of configuration and split-K, planned once for each of the two row counts.
+    /// Carves from `arena` everything training steps of `step`'s rows and forward passes of up
+    /// to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config` forces
+    /// one tensor-core configuration for every GEMM; otherwise each shape gets the host's choice
+    /// of configuration and split-K, planned once for each of the two row counts.
     pub fn new(
         gpu: &'g Gpu,
         arena: &mut Arena,
         sizes: &[usize],
-        train_rows: usize,
+        step: &StepShape,
         eval_rows: usize,
         acc: Accum,
         config: Option<Version>,
@@ -209,7 +250,7 @@ impl<'g> Mlp<'g> {
             sizes.len() >= 2 && sizes.iter().all(|&s| s > 0),
             "layer widths must be positive"
         );
-        let rows = train_rows.max(eval_rows);
+        let rows = step.rows.max(eval_rows);
         let (offsets, n_params) = param_layout(sizes);
         let (w32, w16) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
         let (g16, vel) = (arena.alloc(n_params)?, arena.alloc(n_params)?);
@@ -222,52 +263,7 @@ impl<'g> Mlp<'g> {
         if let Some(v) = config {
             v.ensure_runs_on(gpu)?;
         }
-        let plan = |(m, n, k): (usize, usize, usize), usage: Usage| -> Result<Plan> {
-            Ok(match config {
-                Some(version) => Plan {
-                    version,
-                    split_k: 1,
-                },
-                None => {
-                    let (version, split_k) = gemm::choose_version(gpu, (m, n, k), usage, acc)?;
-                    Plan { version, split_k }
-                }
-            })
-        };
-        let mut plans: [Vec<[Plan; 3]>; 2] = [Vec::new(), Vec::new()];
-        // Workspace lengths on the GPU's stream and beside it (weight gradients of training
-        // steps).
-        let mut ws_len = [0, 0];
-        for (slot, r) in [train_rows, eval_rows].into_iter().enumerate() {
-            for (l, w) in sizes.windows(2).enumerate() {
-                let shapes = layer_shapes(r, w[0], w[1]);
-                let beside = slot == 0 && weight_gradient_beside(l);
-                // A training step's weight gradients take their SGD step in the epilogue (on
-                // one GPU; replicas of a data-parallel run step after the all-reduce, and keep
-                // the plan).
-                let gradient = Usage {
-                    beside,
-                    steps: slot == 0,
-                    ..Usage::default()
-                };
-                // The forward reads the layer's input and W (`w[0]` wide), the input gradient
-                // the output gradient's padded rows and W.
-                let p = [
-                    plan(shapes[0], Usage::aligned(input_ld(sizes, l), w[0]))?,
-                    plan(shapes[1], gradient)?,
-                    plan(shapes[2], Usage::aligned(stride(w[1]), w[0]))?,
-                ];
-                for (which, (q, &(m, n, k))) in p.iter().zip(&shapes).enumerate() {
-                    let prob = Problem {
-                        split_k: q.split_k,
-                        ..Problem::new(m, n, k, Layout::NN)
-                    };
-                    let on = usize::from(which == 1 && beside);
-                    ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
-                }
-                plans[slot].push(p);
-            }
-        }
+        let (plans, ws_len) = plan_gemms(gpu, sizes, [step.rows, eval_rows], acc, config)?;
         let ws = arena.alloc(ws_len[0])?;
         Ok(Mlp {
             gpu,
@@ -283,7 +279,7 @@ impl<'g> Mlp<'g> {
             rows,
             acc,
             plans,
-            train_rows,
+            step: *step,
             ws,
             beside: Beside {
                 side: SideStream::new(gpu)?,
@@ -330,35 +326,34 @@ impl<'g> Mlp<'g> {
         self.grads.last().unwrap().ptr
     }
 
-    /// Layer `l`'s input and its leading dimension: `x` (dense) or the layer before's output.
-    fn input_of(&self, l: usize, x: u64) -> (u64, usize) {
-        let ld = input_ld(&self.sizes, l);
+    /// Layer `l`'s input: `x` (dense, as [`layer::input_ld`] says) or the layer before's output.
+    fn input_of(&self, l: usize, x: u64) -> u64 {
         match l {
-            0 => (x, ld),
-            _ => (self.acts[l - 1].ptr, ld),
+            0 => x,
+            _ => self.acts[l - 1].ptr,
         }
     }
 
-    /// Runs GEMM `which` (0 forward, 1 weight gradient, 2 input gradient) of layer `l` by its
-    /// plan on the GPU's stream.
-    fn gemm(&self, which: usize, l: usize, rows: usize, p: Problem, ptrs: Ptrs) -> Result<()> {
-        self.gemm_on((&self.gpu.stream, self.ws.ptr), which, l, rows, p, ptrs)
+    /// Runs layer `l`'s `product` over `rows` rows by its plan on the GPU's stream.
+    fn gemm(&self, product: Product, l: usize, rows: usize, ptrs: Ptrs) -> Result<()> {
+        let main = (&*self.gpu.stream, self.ws.ptr);
+        self.gemm_on(main, (product, l, rows), None, ptrs)
     }
 
-    /// [`Mlp::gemm`] on `stream`, with `ws` as its split-K workspace.
+    /// [`Mlp::gemm`] on `stream`, with `ws` as its split-K workspace, taking SGD step `sgd`
+    /// where the product is a weight gradient that takes one.
     fn gemm_on(
         &self,
         (stream, ws): (&CudaStream, u64),
-        which: usize,
-        l: usize,
-        rows: usize,
-        p: Problem,
+        (product, l, rows): (Product, usize, usize),
+        sgd: Option<SgdStep>,
         ptrs: Ptrs,
     ) -> Result<()> {
-        let plan = self.plans[(rows != self.train_rows) as usize][l][which];
+        let plan = self.plans[usize::from(rows != self.step.rows)][l][product as usize];
         let p = Problem {
             split_k: plan.split_k,
-            ..p
+            sgd,
+            ..layer::problem(&self.sizes, l, product, rows)
         };
         gemm::launch_on(self.gpu, stream, plan.version, &p, Ptrs { ws, ..ptrs })
     }
@@ -372,14 +367,7 @@ impl<'g> Mlp<'g> {
             self.rows
         );
         for l in 0..self.layers() {
-            let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-            let (input, ld) = self.input_of(l, x);
-            let p = Problem {
-                lda: ld,
-                ldc: stride(o),
-                relu: l + 1 < self.layers(),
-                ..Problem::new(rows, o, i, Layout::NT)
-            };
+            let input = self.input_of(l, x);
             let ptrs = Ptrs {
                 a: input,
                 b: self.p16(self.offsets[l].0),
@@ -387,7 +375,7 @@ impl<'g> Mlp<'g> {
                 bias: self.p16(self.offsets[l].1),
                 ..Ptrs::default()
             };
-            self.gemm(0, l, rows, p, ptrs)?;
+            self.gemm(Product::Forward, l, rows, ptrs)?;
         }
         Ok(())
     }
@@ -466,21 +454,14 @@ impl<'g> Mlp<'g> {
     /// Queues layer `l`'s input gradient, `d(input) = d · W` (M = rows, N = in, K = out), back
     /// through the ReLU that produced the input, in the epilogue.
     fn input_gradient(&self, l: usize, x: u64, rows: usize) -> Result<()> {
-        let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-        let (input, input_ld) = self.input_of(l, x);
-        let p = Problem {
-            lda: stride(o),
-            ldc: input_ld,
-            ..Problem::new(rows, i, o, Layout::NN)
-        };
         let ptrs = Ptrs {
             a: self.grads[l].ptr,
             b: self.p16(self.offsets[l].0),
             c: self.grads[l - 1].ptr,
-            gate: input,
+            gate: self.input_of(l, x),
             ..Ptrs::default()
         };
-        self.gemm(2, l, rows, p, ptrs)
+        self.gemm(Product::InputGradient, l, rows, ptrs)
     }
 
     /// Queues layer `l`'s weight gradient `dW = dᵀ · input` (M = out, N = in, K = rows), or
@@ -493,24 +474,16 @@ impl<'g> Mlp<'g> {
         rows: usize,
         step: Option<SgdStep>,
     ) -> Result<()> {
-        let (i, o) = (self.sizes[l], self.sizes[l + 1]);
-        let (input, input_ld) = self.input_of(l, x);
         let (c, sgd) = self.gradient_of(self.offsets[l].0, step);
-        let p = Problem {
-            lda: stride(o),
-            ldb: input_ld,
-            sgd: step,
-            ..Problem::new(o, i, rows, Layout::TN)
-        };
         let ptrs = Ptrs {
             a: self.grads[l].ptr,
-            b: input,
+            b: self.input_of(l, x),
             c,
             master: sgd.master as u64,
             velocity: sgd.velocity as u64,
             ..Ptrs::default()
         };
-        self.gemm_on(on, 1, l, rows, p, ptrs)
+        self.gemm_on(on, (Product::WeightGradient, l, rows), step, ptrs)
     }
 
     /// Layer `l`'s bias gradient, or with `step` its SGD step: column sums of `d`.

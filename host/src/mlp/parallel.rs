@@ -5,8 +5,10 @@
 //! Each rank is a thread of this process, driving one GPU. Nothing but the NCCL unique id and
 //! the rank passes between them, so the same ranks could be processes on several hosts, the id
 //! handed out through the environment as `torchrun` does (`docs/parallel.md`).
-use super::train::Trainer;
-use super::{Dataset, Epoch, Options};
+use super::data::Dataset;
+use super::options::{Options, validate};
+use super::shape::StepShape;
+use super::train::{Epoch, Trainer};
 use crate::cuda::{Gpu, GpuOptions};
 use crate::nccl::{self, Comm, UniqueId};
 use anyhow::{Result, anyhow, ensure};
@@ -22,7 +24,7 @@ pub fn train_data_parallel(
     o: &Options,
     ds: &Dataset,
 ) -> Result<Vec<Epoch>> {
-    super::validate(o)?;
+    validate(o)?;
     let world = o.gpus;
     let present = Gpu::count()?;
     ensure!(
@@ -34,7 +36,7 @@ pub fn train_data_parallel(
     if !o.quiet {
         println!(
             "data parallel over {world} GPUs through NCCL {version}: {} rows of each batch per GPU",
-            o.batch / world
+            StepShape::new(o.batch, ds.train.count, world).rows
         );
     }
     let id = UniqueId::new()?;

@@ -20,13 +20,13 @@ pub const B0: f32 = 0.7645;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Variant {
-    /// Separate forward, loss, gradient, reduction and update kernels.
+    /// Separate forward, loss, gradient, reduce and update kernels.
     Unfused,
-    /// One pass computes the loss and both gradient sums; one kernel reduces and updates.
+    /// One pass sums loss and gradients; one kernel updates.
     Fused,
     /// The fused pass split over several CUDA streams.
     Streams,
-    /// Every epoch of the fused variant replayed from one CUDA graph.
+    /// Every epoch of the fused variant in one CUDA graph.
     Graph,
 }
 
@@ -70,10 +70,19 @@ pub fn validate(o: &Options) -> Result<()> {
         u32::MAX / 2
     );
     ensure!(o.epochs > 0, "--epochs must be positive");
-    ensure!(o.lr > 0.0 && o.lr.is_finite(), "--lr must be positive");
+    for (flag, value) in [
+        ("--lr", o.lr),
+        ("--noise", o.noise),
+        ("--w", o.w),
+        ("--b", o.b),
+    ] {
+        crate::ensure_finite(flag, value)?;
+    }
+    ensure!(o.lr > 0.0, "--lr must be positive, not {}", o.lr);
     ensure!(
-        o.noise >= 0.0 && o.noise.is_finite(),
-        "--noise must be zero or positive"
+        o.noise >= 0.0,
+        "--noise must be zero or positive, not {}",
+        o.noise
     );
     ensure!(o.streams > 0, "--streams must be positive");
     Ok(())
@@ -529,6 +538,23 @@ mod tests {
             .is_err()
         );
         assert!(validate(&Options { lr: -1.0, ..opts() }).is_err());
+        let e = |o: Options| validate(&o).unwrap_err().to_string();
+        assert_eq!(
+            e(Options {
+                lr: f32::INFINITY,
+                ..opts()
+            }),
+            "--lr must be a finite number, not inf"
+        );
+        assert_eq!(
+            e(Options {
+                w: f32::NAN,
+                ..opts()
+            }),
+            "--w must be a finite number, not NaN"
+        );
+        // A negative slope is a line like any other.
+        assert!(validate(&Options { w: -3.0, ..opts() }).is_ok());
         assert!(validate(&Options { lr: 0.0, ..opts() }).is_err());
         assert!(
             validate(&Options {

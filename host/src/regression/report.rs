@@ -2,7 +2,7 @@
 //! of the copy bandwidth, checked to agree, printed as tables and written as CSV.
 use super::{B0, Options, Outcome, Regression, Trace, Variant, W0};
 use crate::cuda::Gpu;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::PathBuf;
 
 /// Point counts of a sweep when none are given.
@@ -26,15 +26,42 @@ pub struct Report {
 }
 
 impl Report {
+    /// The point counts the report runs: the sweep's, or the one data set's.
+    fn point_counts(&self) -> Vec<usize> {
+        match (self.sweep, self.sweep_points.is_empty()) {
+            (true, true) => SWEEP_POINTS.to_vec(),
+            (true, false) => self.sweep_points.clone(),
+            (false, _) => vec![self.options.points],
+        }
+    }
+
+    /// What can be checked without a GPU: the options at every point count the report runs,
+    /// and the directories of the files it writes.
+    pub fn validate(&self) -> Result<()> {
+        for points in self.point_counts() {
+            let o = Options {
+                points,
+                ..self.options.clone()
+            };
+            let checked = super::validate(&o);
+            match self.sweep {
+                true => checked.with_context(|| format!("--sweep-points {points}"))?,
+                false => checked?,
+            }
+        }
+        for (flag, path) in [("--trace", &self.trace), ("--csv", &self.csv)] {
+            if let Some(path) = path {
+                crate::ensure_output_path(flag, path)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs every variant at every point count on `gpu`, printing the tables, and writes the
     /// trace and the CSV asked for. An error where the variants disagree.
     pub fn run(&self, gpu: &Gpu) -> Result<()> {
         let o = &self.options;
-        let sizes = match (self.sweep, self.sweep_points.is_empty()) {
-            (true, true) => SWEEP_POINTS.to_vec(),
-            (true, false) => self.sweep_points.clone(),
-            (false, _) => vec![o.points],
-        };
+        let sizes = self.point_counts();
         let bw = copy_bandwidth(gpu)?;
         println!(
             "linear regression on {}: {} epochs, lr {}, init w={} b={}, data y = {}·x + {} + N(0, {}²), seed {}",

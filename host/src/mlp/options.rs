@@ -1,0 +1,246 @@
+//! A training run's options: each data set's defaults, which the command line shows and falls
+//! back to and the library starts from, and the checks that refuse bad ones before any GPU
+//! work.
+use super::model::Init;
+use crate::gemm::Version;
+use anyhow::{Result, ensure};
+use gpu::gemm::Accum;
+use std::path::PathBuf;
+
+/// A training run: the model's hidden layers, SGD's hyperparameters, the engine, and the files
+/// it reads and writes. The command line's flags fill it; [`validate`] checks it.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Hidden layer widths; the data set gives the input and output widths.
+    pub hidden: Vec<usize>,
+    /// Passes over the training set; 0 only evaluates the weights of `load`.
+    pub epochs: usize,
+    /// Examples of each step over every GPU (see [`StepShape`](super::shape::StepShape)).
+    pub batch: usize,
+    /// Learning rate of SGD.
+    pub lr: f32,
+    /// Momentum of SGD, in [0, 1).
+    pub momentum: f32,
+    pub init: Init,
+    /// Seed of the initial weights and of each epoch's shuffle.
+    pub seed: u64,
+    /// Accumulator of the tensor-core products.
+    pub accum: Accum,
+    /// Replay the layered engine's steps from a CUDA graph rather than launch each kernel.
+    pub graph: bool,
+    /// Train with the layered engine (a kernel per operation) even where the persistent kernel
+    /// applies.
+    pub layered: bool,
+    /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: as
+    /// `persistent::support` chooses.
+    pub slice_units: Option<usize>,
+    /// One GEMM configuration for every product of the layered engine, instead of the choice
+    /// for each shape.
+    pub config: Option<Version>,
+    /// A CSV file for each step's loss and each epoch's accuracy.
+    pub metrics: Option<PathBuf>,
+    /// A safetensors file ([`checkpoint`](super::checkpoint)) for the weights, written after
+    /// every epoch.
+    pub save: Option<PathBuf>,
+    /// A safetensors file to start from instead of initial weights.
+    pub load: Option<PathBuf>,
+    /// Print only the run's last line (an evaluation of `load` alone prints its result).
+    pub quiet: bool,
+    /// Print one line every this many epochs (and after the last).
+    pub print_every: usize,
+    /// GPUs to train on, data parallel: each takes `batch / gpus` rows of every step.
+    pub gpus: usize,
+}
+
+impl Options {
+    /// What `host mnist` runs with no flags.
+    pub fn mnist() -> Options {
+        Options {
+            hidden: vec![128],
+            epochs: 10,
+            batch: 128,
+            lr: 0.05,
+            momentum: 0.9,
+            init: Init::Kaiming,
+            seed: 0,
+            accum: Accum::F16,
+            graph: true,
+            layered: false,
+            slice_units: None,
+            config: None,
+            metrics: None,
+            save: None,
+            load: None,
+            quiet: false,
+            print_every: 1,
+            gpus: 1,
+        }
+    }
+
+    /// What `host iris` runs with no flags: 150 examples train in small batches, over many more
+    /// (and much shorter) epochs.
+    pub fn iris() -> Options {
+        Options {
+            hidden: vec![5],
+            epochs: 100,
+            batch: 16,
+            print_every: 10,
+            ..Options::mnist()
+        }
+    }
+}
+
+impl Default for Options {
+    /// What `host mnist` runs with no flags.
+    fn default() -> Options {
+        Options::mnist()
+    }
+}
+
+/// Refuses options no run can take, naming the flag to change. It needs neither the data nor the
+/// GPU, so the command line calls it before either.
+pub fn validate(o: &Options) -> Result<()> {
+    ensure!(
+        !o.hidden.is_empty() && o.hidden.iter().all(|&h| h > 0),
+        "--hidden needs positive widths, e.g. 128 or 512,256"
+    );
+    ensure!(o.batch > 0, "--batch must be positive");
+    crate::ensure_finite("--lr", o.lr)?;
+    ensure!(o.lr > 0.0, "--lr must be positive, not {}", o.lr);
+    crate::ensure_finite("--momentum", o.momentum)?;
+    ensure!(
+        (0.0..1.0).contains(&o.momentum),
+        "--momentum must be in [0, 1), not {}",
+        o.momentum
+    );
+    ensure!(
+        o.epochs > 0 || o.load.is_some(),
+        "--epochs 0 only evaluates, which needs --load"
+    );
+    ensure!(
+        o.epochs > 0 || (o.save.is_none() && o.metrics.is_none()),
+        "--epochs 0 only evaluates: it writes no --save or --metrics file"
+    );
+    ensure!(o.print_every > 0, "--print-every must be positive");
+    ensure!(o.gpus > 0, "--gpus must be at least 1");
+    ensure!(
+        o.batch.is_multiple_of(o.gpus),
+        "--batch {} does not split evenly over --gpus {}",
+        o.batch,
+        o.gpus
+    );
+    ensure!(
+        o.gpus == 1 || o.epochs > 0,
+        "--epochs 0 evaluates on one GPU: drop --gpus"
+    );
+    // Files written during or after training can be: found out now, not after the last epoch.
+    for (flag, path) in [("--metrics", &o.metrics), ("--save", &o.save)] {
+        if let Some(path) = path {
+            crate::ensure_output_path(flag, path)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> Options {
+        Options {
+            epochs: 1,
+            quiet: true,
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_training() {
+        assert!(validate(&options()).is_ok());
+        let err = |o: Options| validate(&o).unwrap_err().to_string();
+        assert_eq!(
+            err(Options {
+                lr: f32::INFINITY,
+                ..options()
+            }),
+            "--lr must be a finite number, not inf"
+        );
+        assert_eq!(
+            err(Options {
+                lr: -1.0,
+                ..options()
+            }),
+            "--lr must be positive, not -1"
+        );
+        assert!(
+            err(Options {
+                momentum: f32::NAN,
+                ..options()
+            })
+            .contains("--momentum must be a finite number")
+        );
+        assert!(
+            err(Options {
+                hidden: vec![128, 0],
+                ..options()
+            })
+            .contains("--hidden")
+        );
+        assert!(
+            err(Options {
+                print_every: 0,
+                ..options()
+            })
+            .contains("--print-every")
+        );
+        assert!(
+            err(Options {
+                gpus: 3,
+                ..options()
+            })
+            .contains("split evenly")
+        );
+        assert!(
+            err(Options {
+                gpus: 0,
+                ..options()
+            })
+            .contains("--gpus")
+        );
+        let e = err(Options {
+            epochs: 0,
+            load: Some("w.safetensors".into()),
+            metrics: Some("m.csv".into()),
+            ..options()
+        });
+        assert!(e.contains("only evaluates"), "{e}");
+        let missing = std::env::temp_dir().join(format!("no-such-dir-{}", std::process::id()));
+        let e = err(Options {
+            metrics: Some(missing.join("m.csv")),
+            ..options()
+        });
+        assert!(
+            e.contains("--metrics") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = err(Options {
+            save: Some(missing.join("w.safetensors")),
+            ..options()
+        });
+        assert!(e.contains("--save"), "{e}");
+        // A bare file name writes to the working directory, which exists.
+        let here = Options {
+            save: Some("w.safetensors".into()),
+            ..options()
+        };
+        assert!(validate(&here).is_ok());
+    }
+
+    #[test]
+    fn each_data_set_has_its_defaults() {
+        let (m, i) = (Options::mnist(), Options::iris());
+        assert_eq!((m.hidden, m.epochs, m.batch), (vec![128], 10, 128));
+        assert_eq!((i.hidden, i.epochs, i.batch), (vec![5], 100, 16));
+        assert!(validate(&Options::mnist()).is_ok() && validate(&Options::iris()).is_ok());
+    }
+}
