@@ -143,7 +143,7 @@ pub struct TileConfig {
     pub mainloop: Mainloop,
 }
 
-/// A configuration's mainloop, named by its row of [`tile_configs!`].
+/// A configuration's mainloop, named by its row of [`tile_configs!`](crate::tile_configs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mainloop {
     /// A double buffer staged through registers, `mma.sync` m16n8k8 (sm_75).
@@ -282,7 +282,7 @@ macro_rules! tile_configs {
 macro_rules! config_table {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident),)*) => {
-        /// Every tensor-core configuration, from [`tile_configs!`].
+        /// Every tensor-core configuration, from [`tile_configs!`](crate::tile_configs).
         pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
             name: stringify!($name),
             block: ($bm, $bn, $bk),
