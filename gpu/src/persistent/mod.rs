@@ -40,13 +40,12 @@
 //! in part order through global memory). The epoch's rows are shuffled before it by a
 //! kernel of their own, in step order and each with its label, so a block's rows of a step are
 //! one run of memory. Within a block, the forward's product splits the input over the warps
-//! (all eight with fp16 accumulators where no warp fetches meanwhile: on Hopper, whose copy
-//! engine fetches the batch, and with one buffer; else warps 0-3 while warps 4-7 fetch the next
-//! batch with `cp.async`). Warps 0-3 then own the 16-row tiles of the batch through H, the
-//! partial logits and dH, so those stay in registers as `mma` fragments (an accumulator
-//! fragment of one product is the A fragment of the next); all eight share the softmax (on
-//! Hopper) and dW1. W1's fp32 master values and momentum live in registers for the whole
-//! launch.
+//! (all eight where their partial sums fit, the four tile warps with fp32 ones: no warp fetches
+//! meanwhile, as Hopper's copy engine fetches two buffers' batch and one buffer fills after
+//! dW1). Warps 0-3 then own the 16-row tiles of the batch through H, the partial logits and
+//! dH, so those stay in registers as `mma` fragments (an accumulator fragment of one product is
+//! the A fragment of the next); all eight share the softmax and dW1. W1's fp32 master values
+//! and momentum live in registers for the whole launch.
 //!
 //! The variants (how the batch reaches shared memory, how many blocks share a slice and how
 //! wide it is, where W1's state lives, how the partial logits are added) are the rows of one
