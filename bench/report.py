@@ -28,7 +28,7 @@ each step takes less than 10 minutes, so two commands of 10 minutes finish it, t
 (about 4 minutes), the MNIST step (about 3, most of it torch.compile's autotuning) and the deeper
 models (about 2) take most of it.
 """
-import argparse, csv, datetime, re, shlex, shutil, subprocess, sys, time
+import argparse, csv, datetime, re, shlex, shutil, site, subprocess, sys, sysconfig, time
 from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,12 +67,26 @@ def portable(cmd):
     return shlex.join(one(x) for x in cmd)
 
 
+# This machine's folders as the logs name them: the output folder (as an absolute path; a relative
+# one is portable already), Python's packages and library (in the frameworks' tracebacks), and
+# torch.compile's cache.
+MACHINE_PATHS = [(str(out.resolve()), "OUT_DIR")] + [(p, "SITE_PACKAGES") for p in site.getsitepackages()] + [
+    (sysconfig.get_paths()["stdlib"], "PYTHON_LIB")]
+
+
+def portable_text(text):
+    """A program's output with this machine's paths replaced by the names above."""
+    for path, name in MACHINE_PATHS:
+        text = text.replace(path, name)
+    return re.sub(r"/tmp/torchinductor_\w+", "INDUCTOR_CACHE", text)
+
+
 def run_logged(cmd, log, timeout=600):
     """Runs cmd (a list), appending its output to OUT/log; returns its exit status and output."""
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     text = r.stdout + r.stderr
     with open(out / log, "a") as f:
-        f.write(f"$ {portable(cmd)}\n{text}\n")
+        f.write(f"$ {portable(cmd)}\n{portable_text(text)}\n")
     return r.returncode, text
 
 

@@ -2,12 +2,18 @@
 //! stderr and exit status 1 from the host's own checks, before any GPU is touched (here, with
 //! no GPU, a later check would meet the driver's error first); exit status 2 and clap's message
 //! where clap refuses the form of a value.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The binary under test: the one `HOST_BIN` names, where set (a copy run away from the build
+/// tree), else the one cargo built.
+fn binary() -> PathBuf {
+    std::env::var_os("HOST_BIN").map_or_else(|| env!("CARGO_BIN_EXE_host").into(), PathBuf::from)
+}
 
 /// Exit status, stdout and stderr of `host <args>` run in `dir`.
 fn host_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_host"))
+    let out = Command::new(binary())
         .args(args)
         .current_dir(dir)
         .output()
@@ -20,8 +26,9 @@ fn host_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `host <args>` run in the working directory.
 fn host(args: &[&str]) -> (i32, String, String) {
-    host_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
+    host_in(Path::new("."), args)
 }
 
 /// A directory that does not exist, under the temporary one.
