@@ -41,10 +41,10 @@ impl<const MI: usize, const NI: usize> Fragments<MI, NI> {
         f
     }
 
-    /// The fragments of k step `ks` from the stage whose A and B tiles start at `a` and `b`:
-    /// A per m-fragment, B per pair of n-fragments.
+    /// The fragments of k step `ks` from the stage whose A and B tiles start at `(a, b)`: A per
+    /// m-fragment, B per pair of n-fragments.
     #[inline(always)]
-    pub(super) fn load(&self, a: u32, b: u32, ks: usize) -> ([[u32; 4]; MI], [[u32; 4]; NI]) {
+    pub(super) fn load(&self, (a, b): (u32, u32), ks: usize) -> ([[u32; 4]; MI], [[u32; 4]; NI]) {
         let mut af = [[0u32; 4]; MI];
         let mut bf = [[0u32; 4]; NI];
         for mi in 0..MI {

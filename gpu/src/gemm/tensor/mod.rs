@@ -19,7 +19,7 @@ use super::sgd::{PREFETCH_AREA, prefetch_tile, step_tile};
 use crate::arch::*;
 use epilogue::{store_tile, stores_inline, tile_row_gates};
 use mainloop::{Fragments, mainloop_async, mainloop_staged, mma_step};
-use tile::{Tile, load_regs, store_regs};
+use tile::{Operands, Staged};
 
 /// The tensor-core GEMM. `MI`×`NI` instruction tiles per warp (warp tile `16·MI × 8·NI`), `IK`
 /// the instruction K, `ASYNC` selects `cp.async` (sm_80+) over register staging, `CA`/`CB` are
@@ -51,19 +51,15 @@ pub fn gemm<
     let w = warp_id() as usize;
     let (wm0, wn0) = ((w / warps_n) * wm, (w % warps_n) * wn);
 
-    // Operand tiles in their storage orientation: A is [M][K] (or [K][M] if TA); B is [N][K] if
-    // TB, else [K][N]. "k-contiguous" tiles are read by plain ldmatrix, the others by .trans.
     let (ka, kb) = (!TA, TB);
-    let ta = Tile::operand(p.a, p.lda, p.m, p.k, BM, BK, ka);
-    let tb = Tile::operand(p.b, p.ldb, p.n, p.k, BN, BK, kb);
-    // Tile origin (row, col) in storage orientation for the K slice starting at k0.
-    let origin_a = |k0: u32| if ka { (bm0, k0) } else { (k0, bm0) };
-    let origin_b = |k0: u32| if kb { (bn0, k0) } else { (k0, bn0) };
-
+    let operands = Operands::new::<BM, BN, BK>(&p, (ka, kb), (bm0, bn0), threads);
     let smem = shared_addr(dynamic_shared::<u8>());
     let stage_bytes = ((BM + BN) * BK * 2) as u32;
-    let a_stage = |s: u32| smem + s * stage_bytes;
-    let b_stage = |s: u32| smem + s * stage_bytes + (BM * BK * 2) as u32;
+    // Shared byte addresses of stage `s`'s A and B tiles.
+    let stage = |s: u32| {
+        let a = smem + s * stage_bytes;
+        (a, a + (BM * BK * 2) as u32)
+    };
     let (rla, rlb) = (if ka { BK } else { BM }, if kb { BK } else { BN });
 
     let mut acc = [[A::ZERO; NI]; MI];
@@ -73,7 +69,7 @@ pub fn gemm<
     let ktiles = (p.k.min(k_begin + k_slice) - k_begin).div_ceil(BK as u32) as usize;
 
     let frags = Fragments::<MI, NI>::new::<BK>((ka, kb), (rla, rlb), (wm0, wn0));
-    let load = |s: u32, ks: usize| frags.load(a_stage(s), b_stage(s), ks);
+    let load = |s: u32, ks: usize| frags.load(stage(s), ks);
 
     // Launched as a dependent on sm_90: everything above is set-up that overlaps the kernel
     // before; its results are read (and C written) only after it has completed.
@@ -86,43 +82,15 @@ pub fn gemm<
         let inline = stores_inline::<BM, BN>(&p, ws, (bm0, bn0));
         core::array::from_fn(|mi| tile_row_gates::<NI>(&p, inline, (bm0, bn0), (wm0, wn0), mi))
     });
-    // One K slice's copy of both operands into stage `s`.
-    let copy_async = |s: u32, kt: usize| {
-        let k0 = k_begin + (kt * BK) as u32;
-        let (r, c) = origin_a(k0);
-        ta.copy_async(a_stage(s), r, c, threads);
-        let (r, c) = origin_b(k0);
-        tb.copy_async(b_stage(s), r, c, threads);
-    };
-    // One K slice of both operands into registers, and from there into stage `s`.
-    let fetch = |kt: usize| {
-        let k0 = k_begin + (kt * BK) as u32;
-        let (r, c) = origin_a(k0);
-        let ra = load_regs::<CA>(&ta, r, c, threads);
-        let (r, c) = origin_b(k0);
-        (ra, load_regs::<CB>(&tb, r, c, threads))
-    };
-    let store = |s: u32, (ra, rb): &([[u32; 4]; CA], [[u32; 4]; CB])| {
-        store_regs(&ta, a_stage(s), threads, ra);
-        store_regs(&tb, b_stage(s), threads, rb);
-    };
+    let k0 = |kt: usize| k_begin + (kt * BK) as u32;
+    let mma = mma_step::<A, MI, NI, IK>;
     if ASYNC {
-        mainloop_async::<A, MI, NI, BK, STAGES>(
-            &mut acc,
-            ktiles,
-            copy_async,
-            load,
-            mma_step::<A, MI, NI, IK>,
-        );
+        let copy = |s: u32, kt: usize| operands.copy_async(stage(s), k0(kt));
+        mainloop_async::<A, MI, NI, BK, STAGES>(&mut acc, ktiles, copy, load, mma);
     } else {
-        mainloop_staged::<A, MI, NI, BK, _>(
-            &mut acc,
-            ktiles,
-            fetch,
-            store,
-            load,
-            mma_step::<A, MI, NI, IK>,
-        );
+        let fetch = |kt: usize| operands.fetch::<CA, CB>(k0(kt));
+        let store = |s: u32, regs: &Staged<CA, CB>| operands.store(stage(s), regs);
+        mainloop_staged::<A, MI, NI, BK, _>(&mut acc, ktiles, fetch, store, load, mma);
     }
 
     let steps = !p.sgd.is_none() && ws.is_null();

@@ -1,14 +1,88 @@
 //! The copier: one operand's tile from global to swizzled shared memory, by `cp.async`
 //! (sm_80+) or through registers (sm_75).
 use crate::arch::*;
+use crate::gemm::Args;
 use crate::layout::{CHUNK, swizzled_offset};
+
+/// This thread's chunks of one K slice of A and of B, held in registers (register staging).
+pub(super) type Staged<const CA: usize, const CB: usize> = ([[u32; 4]; CA], [[u32; 4]; CB]);
+
+/// A block's two operand tiles in their storage orientation, A's (`[M][K]`, or `[K][M]` if
+/// transposed) and B's (`[N][K]` if transposed, else `[K][N]`), and where each K slice of them
+/// starts. "k-contiguous" tiles are read by plain `ldmatrix`, the others by `.trans`.
+pub(super) struct Operands {
+    a: Tile,
+    b: Tile,
+    /// Whether A's and B's tiles are k-contiguous.
+    ka: bool,
+    kb: bool,
+    /// The block tile's first row (A's m) and first column (B's n) of C.
+    bm0: u32,
+    bn0: u32,
+    threads: usize,
+}
+
+impl Operands {
+    #[inline(always)]
+    pub(super) fn new<const BM: usize, const BN: usize, const BK: usize>(
+        p: &Args,
+        (ka, kb): (bool, bool),
+        (bm0, bn0): (u32, u32),
+        threads: usize,
+    ) -> Operands {
+        Operands {
+            a: Tile::operand(p.a, p.lda, p.m, p.k, BM, BK, ka),
+            b: Tile::operand(p.b, p.ldb, p.n, p.k, BN, BK, kb),
+            ka,
+            kb,
+            bm0,
+            bn0,
+            threads,
+        }
+    }
+
+    /// The origins (row, col), in storage orientation, of A's and B's K slice starting at `k0`.
+    #[inline(always)]
+    fn origins(&self, k0: u32) -> ((u32, u32), (u32, u32)) {
+        let at = |k_contiguous: bool, mn0: u32| if k_contiguous { (mn0, k0) } else { (k0, mn0) };
+        (at(self.ka, self.bm0), at(self.kb, self.bn0))
+    }
+
+    /// Issues `cp.async` for both operands' K slice at `k0` into the stage whose tiles start
+    /// at `(a, b)`.
+    #[inline(always)]
+    pub(super) fn copy_async(&self, (a, b): (u32, u32), k0: u32) {
+        let ((ra, ca), (rb, cb)) = self.origins(k0);
+        self.a.copy_async(a, ra, ca, self.threads);
+        self.b.copy_async(b, rb, cb, self.threads);
+    }
+
+    /// This thread's chunks of both operands' K slice at `k0`, into registers.
+    #[inline(always)]
+    pub(super) fn fetch<const CA: usize, const CB: usize>(&self, k0: u32) -> Staged<CA, CB> {
+        let ((ra, ca), (rb, cb)) = self.origins(k0);
+        let a = load_regs(&self.a, ra, ca, self.threads);
+        (a, load_regs(&self.b, rb, cb, self.threads))
+    }
+
+    /// Chunks from [`fetch`](Self::fetch) into the stage whose tiles start at `(a, b)`.
+    #[inline(always)]
+    pub(super) fn store<const CA: usize, const CB: usize>(
+        &self,
+        (a, b): (u32, u32),
+        (ra, rb): &Staged<CA, CB>,
+    ) {
+        store_regs(&self.a, a, self.threads, ra);
+        store_regs(&self.b, b, self.threads, rb);
+    }
+}
 
 /// One operand's tile in shared memory and the global matrix it is copied from.
 ///
 /// The tile keeps the storage orientation of the global matrix, so every copy moves whole
 /// 16-byte chunks: `rows × row_len` elements, row-major, swizzled by 16-byte chunk.
 #[derive(Clone, Copy)]
-pub(super) struct Tile {
+struct Tile {
     /// Global matrix in storage orientation: `rows × cols`, leading dimension `ld`.
     src: *const u16,
     ld: u32,
@@ -45,7 +119,7 @@ impl Tile {
     /// The tile of an `mn × k` operand at block size `tile_mn` and slice `bk`, stored
     /// k-contiguous (`[mn][k]`) or mn-contiguous (`[k][mn]`).
     #[inline(always)]
-    pub(super) fn operand(
+    fn operand(
         src: *const u16,
         ld: u32,
         mn: u32,
@@ -118,7 +192,7 @@ impl Tile {
     /// inside the matrix (all of them, away from the edges) take a path without per-chunk
     /// bounds checks: with them, the copies took about as many instructions as the `mma`s.
     #[inline(always)]
-    pub(super) fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
+    fn copy_async(&self, dst: u32, r0: u32, c0: u32, threads: usize) {
         let per_row = self.row_len / CHUNK;
         let passes = self.chunks().is_multiple_of(threads) && threads.is_multiple_of(per_row);
         if self.inside(r0, c0) && passes {
@@ -157,12 +231,7 @@ impl Tile {
 
 /// This thread's `N` chunks of the tile at (r0, c0), into registers (register staging).
 #[inline(always)]
-pub(super) fn load_regs<const N: usize>(
-    t: &Tile,
-    r0: u32,
-    c0: u32,
-    threads: usize,
-) -> [[u32; 4]; N] {
+fn load_regs<const N: usize>(t: &Tile, r0: u32, c0: u32, threads: usize) -> [[u32; 4]; N] {
     let mut regs = [[0; 4]; N];
     let inside = t.inside(r0, c0);
     for (i, r) in regs.iter_mut().enumerate() {
@@ -177,7 +246,7 @@ pub(super) fn load_regs<const N: usize>(
 }
 
 #[inline(always)]
-pub(super) fn store_regs<const N: usize>(t: &Tile, dst: u32, threads: usize, regs: &[[u32; 4]; N]) {
+fn store_regs<const N: usize>(t: &Tile, dst: u32, threads: usize, regs: &[[u32; 4]; N]) {
     for (i, r) in regs.iter().enumerate() {
         let (_, _, off) = t.chunk(thread_x() as usize + i * threads, 0, 0);
         st_shared_v4(dst + off, *r);
