@@ -22,6 +22,9 @@ mnist_mlp.py's (mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s) with m
 import argparse, gzip, statistics, struct, time
 from functools import partial
 from pathlib import Path
+import sys
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for curves.py
+from curves import HEADER, epoch_rows
 
 import numpy as np
 import jax
@@ -160,7 +163,7 @@ def main():
     print(f"JAX {jax.__version__} on {dev.device_kind} ({dev.platform}): {x.shape[0]} train / {xt.shape[0]} test "
           f"examples, batch {a.batch}, {steps} steps/epoch, lr {a.lr} momentum {a.momentum}, init {a.init}, "
           "fp16 matmuls with f32 accumulation, one jitted lax.scan per epoch", flush=True)
-    rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
+    rows = [HEADER]
     key = jax.random.PRNGKey(a.seed)
     for hidden in a.hidden:
         widths = [int(h) for h in hidden.split(",")]
@@ -183,9 +186,7 @@ def main():
                 t_all += dt
                 acc = round(float(accuracy(state[0], xt, yt)), 6)
                 ls = np.asarray(losses).tolist()
-                for k, l in enumerate(ls):
-                    rows.append(f"{mode},{name},{epoch},{(epoch - 1) * steps + k + 1},{l},,{t_all:.4f},")
-                rows.append(f"{mode},{name},{epoch},{epoch * steps},,{acc},{t_all:.4f},{dt:.4f}")
+                rows += epoch_rows(mode, name, epoch, ls, acc, t_all, dt)
                 print(f"{mode} hidden {name} epoch {epoch}: loss {sum(ls) / steps:.4f} test acc {100 * acc:.2f}% "
                       f"{dt:.3f} s", flush=True)
             later = times[1:]

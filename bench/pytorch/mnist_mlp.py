@@ -12,6 +12,9 @@ joined by `-`: 512-256) and epoch_time_s.
 """
 import argparse, gzip, struct, time
 from pathlib import Path
+import sys
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for curves.py
+from curves import HEADER, epoch_rows
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -197,7 +200,7 @@ def main():
             xb.copy_(x[idx_]); yb.copy_(y[idx_])
             losses[k] = run()
 
-    rows = ["mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"]
+    rows = [HEADER]
     name = a.hidden.replace(",", "-")  # a deeper model's widths, without the CSV's separator
     t_all = 0.0
     for epoch in range(1, a.epochs + 1):
@@ -211,9 +214,7 @@ def main():
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=half):
             acc = (model(xt).argmax(1) == yt).float().mean().item()
         ls = losses.tolist()
-        for k, l in enumerate(ls):
-            rows.append(f"{a.mode},{name},{epoch},{(epoch - 1) * steps + k + 1},{l},,{t_all:.4f},")
-        rows.append(f"{a.mode},{name},{epoch},{epoch * steps},,{acc},{t_all:.4f},{dt:.4f}")
+        rows += epoch_rows(a.mode, name, epoch, ls, acc, t_all, dt)
         print(f"{a.mode} hidden {a.hidden} epoch {epoch}: loss {sum(ls) / steps:.4f} test acc {100 * acc:.2f}% {dt:.3f} s", flush=True)
     print(f"max_memory_allocated {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB "
           f"(data set on the GPU included; first step loss {rows[1].split(',')[4]})", flush=True)

@@ -1,0 +1,14 @@
+"""The loss-curve CSV that every framework baseline writes and bench/report.py reads: one row a
+step with its loss, and one an epoch with the test accuracy and the epoch's time."""
+
+HEADER = "mode,hidden,epoch,step,loss,accuracy,time_s,epoch_time_s"
+
+
+def epoch_rows(mode, hidden, epoch, losses, acc, t_all, dt):
+    """The rows of epoch `epoch` (from 1): its step losses, then its accuracy and time (t_all:
+    seconds since training began; dt: the epoch's)."""
+    steps = len(losses)
+    rows = [f"{mode},{hidden},{epoch},{(epoch - 1) * steps + k + 1},{l},,{t_all:.4f},"
+            for k, l in enumerate(losses)]
+    rows.append(f"{mode},{hidden},{epoch},{epoch * steps},,{acc},{t_all:.4f},{dt:.4f}")
+    return rows
