@@ -7,7 +7,7 @@ use cli::{Cli, Command, GemmArgs};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
 use host::gemm_bench::{self, Entry};
-use host::mlp::{Dataset, Options};
+use host::mlp::{Dataset, Launched, Options};
 use host::regression::report::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -160,25 +160,37 @@ fn run(cli: Cli) -> Result<()> {
         Job::Gemm(t) => gemm(&open()?, &t),
         Job::Regression(report) => report.run(&open()?),
         Job::Train(o, data) => {
+            let launched = Launched::from_env()?;
+            if let Some(l) = &launched {
+                // SAFETY: no other thread exists yet to read the environment while it changes.
+                unsafe { std::env::set_var("NCCL_COMM_ID", &l.root) };
+            }
             let ds = match data {
                 Data::Mnist(dir) => host::mnist::load(&dir)?,
                 Data::Iris => host::iris::load(host::iris::CSV, o.seed)?,
             };
-            train((device, &opts), &o, &ds)
+            train((device, &opts), launched.as_ref(), &o, &ds)
         }
     }
 }
 
-/// Trains on GPU `device` (ordinal, options), or data parallel on `o.gpus` GPUs from it on,
-/// each opened with the same options. A quiet run prints its last line alone, here.
-fn train((device, opts): (usize, &GpuOptions), o: &Options, ds: &Dataset) -> Result<()> {
-    let results = if o.gpus > 1 {
-        host::mlp::train_data_parallel(device, opts, o, ds)?
-    } else {
-        host::mlp::train(&Gpu::with_options(device, opts)?, o, ds)?
+/// Trains on GPU `device` (ordinal, options), data parallel on `o.gpus` GPUs from it on, or as
+/// one rank of a world a launcher started, each GPU opened with the same options. A quiet run
+/// prints its last line alone, here (rank 0's).
+fn train(
+    (device, opts): (usize, &GpuOptions),
+    launched: Option<&Launched>,
+    o: &Options,
+    ds: &Dataset,
+) -> Result<()> {
+    let results = match launched {
+        Some(l) => host::mlp::train_launched(l, opts, o, ds)?,
+        None if o.gpus > 1 => host::mlp::train_data_parallel(device, opts, o, ds)?,
+        None => host::mlp::train(&Gpu::with_options(device, opts)?, o, ds)?,
     };
+    let rank0 = launched.is_none_or(|l| l.rank == 0);
     // With --epochs 0 the evaluation's line is the last, printed however quiet.
-    if o.quiet && o.epochs > 0 {
+    if o.quiet && o.epochs > 0 && rank0 {
         println!("{}", host::mlp::summary(o, &results));
     }
     Ok(())

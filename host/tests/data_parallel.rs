@@ -171,3 +171,67 @@ fn replicas_open_their_gpus_with_the_runs_options() {
         older.arch, newest.ptx.arch
     );
 }
+
+/// The `host` binary: the one `HOST_BIN` names, where set (a copy run away from the build tree),
+/// else the one cargo built.
+fn host_binary() -> std::path::PathBuf {
+    std::env::var_os("HOST_BIN").map_or_else(|| env!("CARGO_BIN_EXE_host").into(), Into::into)
+}
+
+/// The `--metrics` of `host mnist <args>` (one layered epoch, seed 3) run by `launcher` (empty:
+/// run directly), without the time column, or `None` if the launcher is missing.
+fn metrics_of(launcher: &[&str], args: &[&str], name: &str) -> Option<String> {
+    let csv = std::env::temp_dir().join(format!("dp-{name}-{}.csv", std::process::id()));
+    let data = host::mnist::default_dir();
+    let host = host_binary();
+    let mut run: Vec<&std::ffi::OsStr> = launcher.iter().map(|a| a.as_ref()).collect();
+    run.push(host.as_os_str());
+    let fixed = [
+        "mnist",
+        "--layered",
+        "--epochs",
+        "1",
+        "--seed",
+        "3",
+        "--quiet",
+    ];
+    run.extend(fixed.iter().chain(args).map(|a| std::ffi::OsStr::new(*a)));
+    run.extend([
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--metrics".as_ref(),
+        csv.as_os_str(),
+    ]);
+    let out = match std::process::Command::new(run[0]).args(&run[1..]).output() {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("skipped: {} could not be started ({e})", run[0].display());
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{run:?} failed: {stderr}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    std::fs::remove_file(&csv).unwrap();
+    let untimed = text.lines().map(|l| l.rsplit_once(',').unwrap().0);
+    Some(untimed.collect::<Vec<_>>().join("\n"))
+}
+
+/// Two processes under `torchrun`, one a GPU, train as the two threads of `--gpus 2` do: the
+/// same replicas and the same sums of two ranks' gradients, so the same losses bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_processes_under_torchrun_train_as_two_threads() {
+    if !two_gpus_present() {
+        return;
+    }
+    let port = format!("{}", 20000 + std::process::id() % 20000);
+    let torchrun = ["torchrun", "--no-python", "--nproc-per-node", "2"];
+    let torchrun = [&torchrun[..], &["--master-port", &port]].concat();
+    let Some(processes) = metrics_of(&torchrun, &[], "processes") else {
+        return;
+    };
+    let threads = metrics_of(&[], &["--gpus", "2"], "threads").unwrap();
+    assert!(processes.lines().count() > 400, "{processes}");
+    assert_eq!(processes, threads);
+}

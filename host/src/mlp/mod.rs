@@ -6,6 +6,7 @@ mod arena;
 pub mod checkpoint;
 pub mod data;
 mod engine;
+pub mod launched;
 pub mod layer;
 mod metrics;
 pub mod model;
@@ -17,7 +18,8 @@ pub mod shape;
 pub mod train;
 
 pub use data::{Dataset, Features, Split};
+pub use launched::Launched;
 pub use options::{Options, validate};
-pub use parallel::train_data_parallel;
+pub use parallel::{train_data_parallel, train_launched};
 pub use shape::StepShape;
 pub use train::{Epoch, header, summary, train};

@@ -2,18 +2,21 @@
 //! global batch; the gradients are summed through NCCL inside the captured steps, so the steps
 //! stay graph replays on every GPU and every replica applies the same update.
 //!
-//! Each rank is a thread of this process, driving one GPU. Nothing but the NCCL unique id and
-//! the rank passes between them, so the same ranks could be processes on several hosts, the id
-//! handed out through the environment as `torchrun` does (`docs/parallel.md`).
+//! With `--gpus`, each rank is a thread of this process, driving one GPU; under a launcher
+//! (`torchrun`, `srun`), each is a process of its own ([`train_launched`]). Nothing but the NCCL
+//! unique id and the rank passes between ranks, so both run the same replica.
 use super::data::Dataset;
+use super::launched::Launched;
 use super::options::{Options, validate};
 use super::shape::StepShape;
 use super::train::{Epoch, Trainer};
-use crate::cuda::{Gpu, GpuOptions};
+use crate::cuda::{Gpu, GpuOptions, dptr};
 use crate::nccl::{self, Comm, UniqueId};
 use anyhow::{Result, anyhow, ensure};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// Trains `o.gpus` replicas on GPUs `first..first + o.gpus`, each opened with `gpu`, through
 /// NCCL even for one GPU. Rank 0 prints, evaluates and writes the metrics and checkpoints; its
@@ -68,7 +71,14 @@ fn replica(
     let gpu = meet.all_ok(Gpu::with_options(ordinal, options))?;
     gpu.ctx.bind_to_thread()?;
     let comm = Comm::new(id, rank, o.gpus)?;
-    let o = if rank == 0 {
+    let o = rank_options(rank, o);
+    let trainer = meet.all_ok(Trainer::new(&gpu, &o, ds, Some(&comm)))?;
+    trainer.run()
+}
+
+/// Rank 0 runs with the run's options; the others train quietly, writing nothing.
+fn rank_options(rank: usize, o: &Options) -> Options {
+    if rank == 0 {
         o.clone()
     } else {
         Options {
@@ -77,9 +87,73 @@ fn replica(
             save: None,
             ..o.clone()
         }
+    }
+}
+
+/// Trains this process's replica in a world of processes a launcher started, one per GPU: GPU
+/// `l.local_rank`, each opened with `gpu`, the replicas joined by NCCL's bootstrap at `l.root`
+/// (which `NCCL_COMM_ID` must name: the caller sets it before any thread starts). Rank 0 prints,
+/// evaluates and writes the metrics and checkpoints, as with `--gpus`.
+pub fn train_launched(
+    l: &Launched,
+    gpu: &GpuOptions,
+    o: &Options,
+    ds: &Dataset,
+) -> Result<Vec<Epoch>> {
+    ensure!(
+        o.gpus == 1,
+        "--gpus and a launcher's WORLD_SIZE both ask for GPUs: use one"
+    );
+    let o = Options {
+        gpus: l.world,
+        ..rank_options(l.rank, o)
     };
-    let trainer = meet.all_ok(Trainer::new(&gpu, &o, ds, Some(&comm)))?;
+    validate(&o)?;
+    if !o.quiet {
+        println!(
+            "data parallel over {} processes through NCCL {}: {} rows of each batch per GPU",
+            l.world,
+            nccl::describe()?,
+            StepShape::new(o.batch, ds.train.count, l.world).rows
+        );
+    }
+    let gpu = Gpu::with_options(l.local_rank, gpu)?;
+    gpu.ctx.bind_to_thread()?;
+    // With NCCL_COMM_ID set, every rank makes the same id, and rank 0 listens at that address.
+    let id = UniqueId::new()?;
+    let comm = within(l.timeout_s, &l.root, || Comm::new(&id, l.rank, l.world))?;
+    let trainer = all_ok_across(&comm, &gpu, Trainer::new(&gpu, &o, ds, Some(&comm)))?;
     trainer.run()
+}
+
+/// `join()`, or the end of this process with an error if it has not returned within `secs`:
+/// NCCL's bootstrap waits for ever for a rank that never comes.
+fn within<T>(secs: u64, root: &str, join: impl FnOnce() -> T) -> T {
+    let (done, wait) = mpsc::channel::<()>();
+    let root = root.to_string();
+    std::thread::spawn(move || {
+        if wait.recv_timeout(Duration::from_secs(secs)) == Err(mpsc::RecvTimeoutError::Timeout) {
+            eprintln!(
+                "error: not every rank joined NCCL's bootstrap at {root} within {secs} s (HOST_BOOTSTRAP_TIMEOUT): another rank failed to start, or that address is not reachable"
+            );
+            std::process::exit(1);
+        }
+    });
+    let r = join();
+    drop(done);
+    r
+}
+
+/// `r` once every process's rank has reached this point, unless another arrived with an error:
+/// the processes' form of [`Meeting::all_ok`], a sum of failure flags through NCCL.
+fn all_ok_across<T>(comm: &Comm, gpu: &Gpu, r: Result<T>) -> Result<T> {
+    let flag = gpu.upload(&[if r.is_err() { 1.0f32 } else { 0.0 }])?;
+    comm.sum_in_place::<f32>(dptr(&flag, &gpu.stream), 1, &gpu.stream)?;
+    let failed = gpu.download(&flag)?[0] > 0.0;
+    match r {
+        Ok(_) if failed => Err(PeerFailed.into()),
+        r => r,
+    }
 }
 
 /// The error of a rank that stopped because another did.
