@@ -42,9 +42,26 @@ struct Api {
         *mut c_void,
     ) -> Status,
     error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    /// NCCL 2.27's symmetric memory, where the loaded library has it.
+    windows: Option<Windows>,
     // The functions above point into the library: it lives as long as they do.
     _lib: Library,
 }
+
+/// The entry points of symmetric memory (NCCL 2.27 on): device memory from `ncclMemAlloc`,
+/// registered by every rank as a window, which NCCL's symmetric kernels read and write directly
+/// in the other ranks' memory.
+struct Windows {
+    mem_alloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> Status,
+    mem_free: unsafe extern "C" fn(*mut c_void) -> Status,
+    register: unsafe extern "C" fn(RawComm, *mut c_void, usize, *mut RawWindow, c_int) -> Status,
+    deregister: unsafe extern "C" fn(RawComm, RawWindow) -> Status,
+}
+
+type RawWindow = *mut c_void;
+
+/// `NCCL_WIN_COLL_SYMMETRIC`: the window's buffers may take part in symmetric collectives.
+const WIN_COLL_SYMMETRIC: c_int = 1;
 
 /// `ncclSum`.
 const SUM: c_int = 0;
@@ -110,7 +127,21 @@ fn bind(lib: Library, path: String) -> Result<Api> {
             comm_abort: *lib.get(b"ncclCommAbort")?,
             all_reduce: *lib.get(b"ncclAllReduce")?,
             error_string: *lib.get(b"ncclGetErrorString")?,
+            windows: bind_windows(&lib),
             _lib: lib,
+        })
+    }
+}
+
+/// Symmetric memory's entry points, if the library has every one of them.
+fn bind_windows(lib: &Library) -> Option<Windows> {
+    // SAFETY: each symbol has NCCL's C signature, as declared in its nccl.h since 2.27.
+    unsafe {
+        Some(Windows {
+            mem_alloc: *lib.get(b"ncclMemAlloc").ok()?,
+            mem_free: *lib.get(b"ncclMemFree").ok()?,
+            register: *lib.get(b"ncclCommWindowRegister").ok()?,
+            deregister: *lib.get(b"ncclCommWindowDeregister").ok()?,
         })
     }
 }
@@ -158,13 +189,18 @@ fn join(paths: &[PathBuf]) -> String {
     v.join(", ")
 }
 
-/// The loaded library's version and path, e.g. "2.27.3 (/usr/lib/libnccl.so.2)", loading it
-/// if no call has yet.
+/// The loaded library's version and path, and whether it has symmetric memory, e.g. "2.27.3
+/// (/usr/lib/libnccl.so.2), symmetric memory", loading it if no call has yet.
 pub fn describe() -> Result<String> {
     let a = api()?;
     let v = a.version;
+    let windows = if a.windows.is_some() {
+        "symmetric memory"
+    } else {
+        "no symmetric memory (NCCL 2.27 has it)"
+    };
     Ok(format!(
-        "{}.{}.{} ({})",
+        "{}.{}.{} ({}), {windows}",
         v / 10000,
         v / 100 % 100,
         v % 100,
@@ -233,6 +269,73 @@ impl Comm {
         let s = stream.cu_stream() as *mut c_void;
         let status = unsafe { (a.all_reduce)(buf, buf, count, T::NCCL_TYPE, SUM, self.raw, s) };
         check(a, status, "ncclAllReduce")
+    }
+}
+
+/// Device memory from `ncclMemAlloc`, registered with a communicator as a symmetric window:
+/// an all-reduce whose buffers lie in it runs NCCL's symmetric kernels, where the GPUs reach
+/// each other directly (NVLink). Every rank makes one of the same size at the same point.
+pub struct SymmetricMemory {
+    ptr: *mut c_void,
+    bytes: usize,
+    comm: RawComm,
+    window: RawWindow,
+}
+
+// SAFETY: the memory and the window are plain handles, used from one thread at a time.
+unsafe impl Send for SymmetricMemory {}
+
+impl SymmetricMemory {
+    /// The device address of the first byte.
+    pub fn ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Comm {
+    /// At least `bytes` of symmetric memory, registered by this rank (every rank of the communicator
+    /// must ask for as many at the same point), or `None` where the library has no symmetric
+    /// memory. It must be dropped before the communicator.
+    pub fn symmetric_memory(&self, bytes: usize) -> Result<Option<SymmetricMemory>> {
+        let a = api()?;
+        let Some(w) = &a.windows else {
+            return Ok(None);
+        };
+        // Windows are mapped in pages of 2 MiB.
+        let bytes = bytes.next_multiple_of(2 << 20);
+        let mut ptr = std::ptr::null_mut();
+        check(a, unsafe { (w.mem_alloc)(&mut ptr, bytes) }, "ncclMemAlloc")?;
+        let mut window = std::ptr::null_mut();
+        let status = unsafe { (w.register)(self.raw, ptr, bytes, &mut window, WIN_COLL_SYMMETRIC) };
+        if let Err(e) = check(a, status, "ncclCommWindowRegister") {
+            unsafe { (w.mem_free)(ptr) };
+            return Err(e);
+        }
+        Ok(Some(SymmetricMemory {
+            ptr,
+            bytes,
+            comm: self.raw,
+            window,
+        }))
+    }
+}
+
+impl Drop for SymmetricMemory {
+    fn drop(&mut self) {
+        if let Ok(Api {
+            windows: Some(w), ..
+        }) = api()
+        {
+            // A window NCCL did not make (symmetric memory disabled) is null: nothing to undo.
+            if !self.window.is_null() {
+                unsafe { (w.deregister)(self.comm, self.window) };
+            }
+            unsafe { (w.mem_free)(self.ptr) };
+        }
     }
 }
 

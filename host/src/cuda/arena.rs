@@ -3,6 +3,7 @@
 use super::Gpu;
 use anyhow::{Context, Result, ensure};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use std::any::Any;
 use std::marker::PhantomData;
 
 /// A typed region of device memory carved from an [`Arena`]: an address and a length. It owns
@@ -36,7 +37,8 @@ impl<T> Buf<T> {
 /// Size it by running the same carving code against [`Arena::measuring`] first, then allocate
 /// [`Arena::new`] with the `used()` that reported.
 pub struct Arena {
-    _mem: Option<CudaSlice<u8>>,
+    /// What holds the memory: a `CudaSlice`, or another library's allocation.
+    _owner: Option<Box<dyn Any>>,
     base: u64,
     cap: usize,
     used: usize,
@@ -56,7 +58,7 @@ impl Arena {
     /// An arena that hands out addresses but owns no memory: for measuring a footprint.
     pub fn measuring() -> Arena {
         Arena {
-            _mem: None,
+            _owner: None,
             base: 0,
             cap: usize::MAX,
             used: 0,
@@ -75,9 +77,24 @@ impl Arena {
         let mem = gpu.zeros::<u8>(bytes.max(1))?;
         let base = dptr(&mem, &gpu.stream);
         Ok(Arena {
-            _mem: Some(mem),
+            _owner: Some(Box::new(mem)),
             base,
             cap: bytes.max(1),
+            used: 0,
+        })
+    }
+
+    /// An arena over `bytes` of device memory at `base` that `owner` holds (memory another
+    /// library allocated), zeroed as [`Arena::new`]'s is.
+    ///
+    /// # Safety
+    /// `base..base + bytes` must be device memory of `gpu`, valid as long as `owner` lives.
+    pub unsafe fn over(gpu: &Gpu, owner: impl Any, base: u64, bytes: usize) -> Result<Arena> {
+        gpu.zero_raw(base, bytes)?;
+        Ok(Arena {
+            _owner: Some(Box::new(owner)),
+            base,
+            cap: bytes,
             used: 0,
         })
     }

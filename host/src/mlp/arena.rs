@@ -8,6 +8,7 @@ use super::persistent::Persistent;
 use super::shape::{EvalShape, StepShape};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::kernels;
+use crate::nccl::Comm;
 use anyhow::{Result, ensure};
 use half::f16;
 
@@ -101,19 +102,23 @@ pub(super) struct Carved<'g> {
     pub freed: usize,
 }
 
-/// Everything the run touches comes from one arena, sized by carving it once without memory.
+/// Everything the run touches comes from one arena, sized by carving it once without memory;
+/// a replica's (with `comm`) is in NCCL's symmetric memory where NCCL has it.
 pub(super) fn carve_run<'g>(
     gpu: &'g Gpu,
     o: &Options,
     ds: &Dataset,
     footprint: &Footprint,
-    choice: &Choice,
+    (choice, comm): (&Choice, Option<&Comm>),
 ) -> Result<Carved<'g>> {
     let carve = |arena: &mut Arena| carve(gpu, o, ds, footprint, choice, arena);
     let mut measure = Arena::measuring();
     carve(&mut measure)?;
     let (free_before, _) = gpu.mem_info()?;
-    let mut arena = Arena::new(gpu, measure.used())?;
+    let mut arena = match comm {
+        Some(comm) => replica_arena(gpu, comm, measure.used())?,
+        None => Arena::new(gpu, measure.used())?,
+    };
     let (buffers, model, engine) = carve(&mut arena)?;
     let (free_after, _) = gpu.mem_info()?;
     Ok(Carved {
@@ -124,6 +129,20 @@ pub(super) fn carve_run<'g>(
         bytes: measure.used(),
         freed: free_before.saturating_sub(free_after),
     })
+}
+
+/// A replica's arena of `bytes`: in symmetric memory registered with `comm` where NCCL has it,
+/// so that the all-reduce of the gradients (carved from it) runs NCCL's symmetric kernels; else
+/// plain device memory. Every replica's arena has the same size, as registration asks.
+fn replica_arena(gpu: &Gpu, comm: &Comm, bytes: usize) -> Result<Arena> {
+    match comm.symmetric_memory(bytes)? {
+        Some(mem) => {
+            let (base, bytes) = (mem.ptr(), mem.bytes());
+            // SAFETY: the arena owns `mem`, which NCCL allocated on this GPU.
+            unsafe { Arena::over(gpu, mem, base, bytes) }
+        }
+        None => Arena::new(gpu, bytes),
+    }
 }
 
 /// Carves every buffer of a run from `arena`: the same calls size the arena (on a measuring

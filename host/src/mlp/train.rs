@@ -111,7 +111,7 @@ impl<'a> Trainer<'a> {
             step: shape,
             eval,
         };
-        let carved = carve_run(gpu, o, ds, &footprint, &choice)?;
+        let carved = carve_run(gpu, o, ds, &footprint, (&choice, comm))?;
         let (bytes, freed) = (carved.bytes, carved.freed);
         let t = Trainer {
             gpu,
