@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 import sys
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for curves.py
-from curves import HEADER, epoch_rows
+import curves
 
 import numpy as np
 import jax
@@ -163,7 +163,7 @@ def main():
     print(f"JAX {jax.__version__} on {dev.device_kind} ({dev.platform}): {x.shape[0]} train / {xt.shape[0]} test "
           f"examples, batch {a.batch}, {steps} steps/epoch, lr {a.lr} momentum {a.momentum}, init {a.init}, "
           "fp16 matmuls with f32 accumulation, one jitted lax.scan per epoch", flush=True)
-    rows = [HEADER]
+    rows = [curves.HEADER]
     key = jax.random.PRNGKey(a.seed)
     for hidden in a.hidden:
         widths = [int(h) for h in hidden.split(",")]
@@ -186,15 +186,12 @@ def main():
                 t_all += dt
                 acc = round(float(accuracy(state[0], xt, yt)), 6)
                 ls = np.asarray(losses).tolist()
-                rows += epoch_rows(mode, name, epoch, ls, acc, t_all, dt)
-                print(f"{mode} hidden {name} epoch {epoch}: loss {sum(ls) / steps:.4f} test acc {100 * acc:.2f}% "
-                      f"{dt:.3f} s", flush=True)
+                curves.record_epoch(rows, mode, name, epoch, ls, acc, t_all, dt)
             later = times[1:]
             med = f"{1000 * statistics.median(later):.3f} ms/epoch (median of epochs 2+)" if later else "no epoch 2+"
             print(f"{mode} hidden {name}: {med}, first epoch with compilation {1000 * times[0]:.0f} ms, "
                   f"final test accuracy {100 * acc:.2f}%", flush=True)
-    if a.csv:
-        Path(a.csv).write_text("\n".join(rows) + "\n")
+    curves.write(a.csv, rows)
 
 
 if __name__ == "__main__":

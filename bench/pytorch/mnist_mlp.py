@@ -14,7 +14,7 @@ import argparse, gzip, struct, time
 from pathlib import Path
 import sys
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for curves.py
-from curves import HEADER, epoch_rows
+import curves
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -200,7 +200,7 @@ def main():
             xb.copy_(x[idx_]); yb.copy_(y[idx_])
             losses[k] = run()
 
-    rows = [HEADER]
+    rows = [curves.HEADER]
     name = a.hidden.replace(",", "-")  # a deeper model's widths, without the CSV's separator
     t_all = 0.0
     for epoch in range(1, a.epochs + 1):
@@ -214,12 +214,10 @@ def main():
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=half):
             acc = (model(xt).argmax(1) == yt).float().mean().item()
         ls = losses.tolist()
-        rows += epoch_rows(a.mode, name, epoch, ls, acc, t_all, dt)
-        print(f"{a.mode} hidden {a.hidden} epoch {epoch}: loss {sum(ls) / steps:.4f} test acc {100 * acc:.2f}% {dt:.3f} s", flush=True)
+        curves.record_epoch(rows, a.mode, a.hidden, epoch, ls, acc, t_all, dt)
     print(f"max_memory_allocated {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB "
           f"(data set on the GPU included; first step loss {rows[1].split(',')[4]})", flush=True)
-    if a.csv:
-        Path(a.csv).write_text("\n".join(rows) + "\n")
+    curves.write(a.csv, rows)
 
 
 if __name__ == "__main__":
