@@ -12,7 +12,8 @@
 //!   [`mlp::persistent::support`]);
 //! - the layered engine runs one kernel per operation (the tensor-core GEMMs of [`gemm`], the
 //!   softmax, the bias gradients), captured once as a CUDA graph and replayed; it takes any depth
-//!   and width, and trains on several GPUs ([`mlp::train_data_parallel`]).
+//!   and width, and trains on several GPUs, as threads ([`mlp::train_data_parallel`]) or as the
+//!   processes a launcher such as `torchrun` starts ([`mlp::train_launched`]).
 //!
 //! [`mlp::header`] names the engine a run takes and, where the persistent kernel does not apply,
 //! why.
