@@ -2,18 +2,16 @@
 //! stderr and exit status 1 from the host's own checks, before any GPU is touched (here, with
 //! no GPU, a later check would meet the driver's error first); exit status 2 and clap's message
 //! where clap refuses the form of a value.
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "common/binary.rs"]
+mod binary;
 
-/// The binary under test: the one `HOST_BIN` names, where set (a copy run away from the build
-/// tree), else the one cargo built.
-fn binary() -> PathBuf {
-    std::env::var_os("HOST_BIN").map_or_else(|| env!("CARGO_BIN_EXE_host").into(), PathBuf::from)
-}
+use binary::host_binary;
+use std::path::Path;
+use std::process::Command;
 
 /// Exit status, stdout and stderr of `host <args>` run in `dir`.
 fn host_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(binary())
+    let out = Command::new(host_binary())
         .args(args)
         .current_dir(dir)
         .output()

@@ -1,10 +1,14 @@
 //! Data-parallel training through NCCL against training on one GPU (GPU tests).
+#[path = "common/binary.rs"]
+mod binary;
 mod common;
 
+use binary::host_binary;
 use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
 use host::mlp::model::init_params;
 use host::mlp::{Options, checkpoint, train, train_data_parallel};
+use std::process::Command;
 
 /// Whether two GPUs are present; a test that needs them and finds fewer says so and skips.
 fn two_gpus_present() -> bool {
@@ -172,21 +176,19 @@ fn replicas_open_their_gpus_with_the_runs_options() {
     );
 }
 
-/// The `host` binary: the one `HOST_BIN` names, where set (a copy run away from the build tree),
-/// else the one cargo built.
-fn host_binary() -> std::path::PathBuf {
-    std::env::var_os("HOST_BIN").map_or_else(|| env!("CARGO_BIN_EXE_host").into(), Into::into)
-}
-
 /// The `--metrics` of `host mnist <args>` (one layered epoch, seed 3) run by `launcher` (empty:
 /// run directly), without the time column, or `None` if the launcher is missing.
 fn metrics_of(launcher: &[&str], args: &[&str], name: &str) -> Option<String> {
     let csv = std::env::temp_dir().join(format!("dp-{name}-{}.csv", std::process::id()));
-    let data = host::mnist::default_dir();
-    let host = host_binary();
-    let mut run: Vec<&std::ffi::OsStr> = launcher.iter().map(|a| a.as_ref()).collect();
-    run.push(host.as_os_str());
-    let fixed = [
+    let mut run = match launcher.split_first() {
+        Some((program, rest)) => {
+            let mut run = Command::new(program);
+            run.args(rest).arg(host_binary());
+            run
+        }
+        None => Command::new(host_binary()),
+    };
+    run.args([
         "mnist",
         "--layered",
         "--epochs",
@@ -194,18 +196,16 @@ fn metrics_of(launcher: &[&str], args: &[&str], name: &str) -> Option<String> {
         "--seed",
         "3",
         "--quiet",
-    ];
-    run.extend(fixed.iter().chain(args).map(|a| std::ffi::OsStr::new(*a)));
-    run.extend([
-        "--data".as_ref(),
-        data.as_os_str(),
-        "--metrics".as_ref(),
-        csv.as_os_str(),
-    ]);
-    let out = match std::process::Command::new(run[0]).args(&run[1..]).output() {
+    ])
+    .args(args)
+    .arg("--data")
+    .arg(host::mnist::default_dir())
+    .arg("--metrics")
+    .arg(&csv);
+    let out = match run.output() {
         Ok(out) => out,
         Err(e) => {
-            eprintln!("skipped: {} could not be started ({e})", run[0].display());
+            eprintln!("skipped: {run:?} could not be started ({e})");
             return None;
         }
     };

@@ -85,13 +85,7 @@ pub fn launch_on(
     p: &Problem,
     ptrs: Ptrs,
 ) -> Result<()> {
-    ensure!(
-        p.m > 0 && p.n > 0 && p.k > 0,
-        "GEMM dimensions must be positive, got M={} N={} K={}",
-        p.m,
-        p.n,
-        p.k
-    );
+    p.ensure_positive()?;
     ensure!(
         p.m.div_ceil(16) <= 65535,
         "M={} exceeds the grid's y limit",

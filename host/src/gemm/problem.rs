@@ -84,6 +84,18 @@ impl Problem {
         2.0 * self.m as f64 * self.n as f64 * self.k as f64
     }
 
+    /// Rejects an empty dimension, which no kernel's grid can take.
+    pub fn ensure_positive(&self) -> Result<()> {
+        ensure!(
+            self.m > 0 && self.n > 0 && self.k > 0,
+            "GEMM dimensions must be positive, got M={} N={} K={}",
+            self.m,
+            self.n,
+            self.k
+        );
+        Ok(())
+    }
+
     /// Rejects shapes and buffers the kernels cannot take, before anything is launched.
     pub fn validate(
         &self,
@@ -92,13 +104,7 @@ impl Problem {
         c_len: usize,
         bias_len: Option<usize>,
     ) -> Result<()> {
-        ensure!(
-            self.m > 0 && self.n > 0 && self.k > 0,
-            "GEMM dimensions must be positive, got M={} N={} K={}",
-            self.m,
-            self.n,
-            self.k
-        );
+        self.ensure_positive()?;
         let limit = u32::MAX as usize / 2;
         ensure!(
             self.m.max(self.n).max(self.k) <= limit,
