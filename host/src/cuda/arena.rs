@@ -65,8 +65,8 @@ impl Arena {
         }
     }
 
-    /// Allocates `bytes` of device memory in one piece.
-    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Arena> {
+    /// Whether `bytes` of device memory are free, with the figures where they are not.
+    pub fn ensure_free(gpu: &Gpu, bytes: usize) -> Result<()> {
         let (free, _) = gpu.mem_info()?;
         ensure!(
             bytes <= free,
@@ -74,6 +74,12 @@ impl Arena {
             bytes as f64 / 1048576.0,
             free as f64 / 1048576.0
         );
+        Ok(())
+    }
+
+    /// Allocates `bytes` of device memory in one piece.
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<Arena> {
+        Arena::ensure_free(gpu, bytes)?;
         let mem = gpu.zeros::<u8>(bytes.max(1))?;
         let base = dptr(&mem, &gpu.stream);
         Ok(Arena {

@@ -135,6 +135,7 @@ pub(super) fn carve_run<'g>(
 /// so that the all-reduce of the gradients (carved from it) runs NCCL's symmetric kernels; else
 /// plain device memory. Every replica's arena has the same size, as registration asks.
 fn replica_arena(gpu: &Gpu, comm: &Comm, bytes: usize) -> Result<Arena> {
+    Arena::ensure_free(gpu, bytes)?;
     match comm.symmetric_memory(bytes)? {
         Some(mem) => {
             let (base, bytes) = (mem.ptr(), mem.bytes());
