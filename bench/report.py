@@ -340,7 +340,9 @@ def step_scaling():
     r = subprocess.run(["bench/mnist_scaling.sh", out / "scaling", H], capture_output=True, text=True, env=env, timeout=1200)
     with open(out / "scaling.log", "a") as f:
         f.write(r.stdout + r.stderr)
-    shutil.move(out / "scaling" / "mnist_scaling.csv", out / "mnist_scaling.csv")
+    for name in ("mnist_scaling.csv", "allreduce.csv"):
+        if (out / "scaling" / name).exists():
+            shutil.move(out / "scaling" / name, out / name)
     shutil.rmtree(out / "scaling")
 
 

@@ -274,6 +274,16 @@ if sc:
         o1, p1 = median(t.get(("ours", b, h, 1), [])), median(t.get(("pytorch", b, h, 1), []))
         md.append(f"| {b} | {h} | {g} | {ms(o)} | {o1 / o:.2f} | {ms(p)} | {p1 / p:.2f} | {p / o:.2f}× |")
     md.append("")
+ar = rows("allreduce.csv")
+if ar:
+    md.append("The gradient sum alone (`host allreduce`): the fp16 sum of every gradient of 784-H-10, whole and in the pieces "
+              "of `--reduce-pieces`, and the reduce-scatter and all-gather of a sharded update; µs per sum, median over "
+              "replays of a CUDA graph of 20.\n")
+    md.append("| GPUs | hidden | MB | memory | collective | pieces | µs | bus GB/s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in ar:
+        md.append(f"| {r['gpus']} | {r['hidden']} | {int(r['bytes']) / 1e6:.2f} | {r['memory']} | {r['collective']} | "
+                  f"{r['pieces']} | {float(r['us']):.1f} | {float(r['bus_gb_s']):.0f} |")
+    md.append("")
 
 # Regression
 rs = rows("regression_sweep.csv")

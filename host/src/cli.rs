@@ -45,6 +45,11 @@ Examples:
   host gemm --config regblock,tc80_128x128x32_64x64_s4 --sizes mlp4096.fwd1
   host gemm --sizes mlp8192.dw2+dw1 --split-k 8,16 --csv gemm.csv";
 
+const ALLREDUCE_EXAMPLES: &str = "\
+Examples:
+  host allreduce                every GPU, hidden 4096 and 8192, in 1, 2, 4 and 8 pieces
+  host allreduce --gpus 2 --hidden 4096 --pieces 1,4 --csv allreduce.csv";
+
 const REGRESSION_EXAMPLES: &str = "\
 Examples:
   host regression --points 1000000 --variant graph
@@ -101,6 +106,38 @@ pub enum Command {
     /// Train an MLP (4-5-3 by default) on Iris, embedded in the binary.
     #[command(after_help = TRAIN_EXAMPLES)]
     Iris(IrisArgs),
+    /// Time a data-parallel step's gradient sum alone through NCCL, on several GPUs.
+    #[command(after_help = ALLREDUCE_EXAMPLES)]
+    Allreduce(AllreduceArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AllreduceArgs {
+    /// GPUs to sum over, from 0 (default: every GPU present).
+    #[arg(long, value_name = "N")]
+    pub gpus: Option<usize>,
+    /// Hidden widths of the 784-H-10 MLPs whose fp16 gradients are summed, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "H,…",
+        default_value = "4096,8192"
+    )]
+    pub hidden: Vec<usize>,
+    /// Pieces the sum is split into, comma-separated (as `mnist --reduce-pieces` splits it).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,…",
+        default_value = "1,2,4,8"
+    )]
+    pub pieces: Vec<usize>,
+    /// Timed replays of each row.
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub reps: usize,
+    /// Also write the rows to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -236,6 +273,13 @@ pub struct TrainFlags {
     /// Each takes an equal share of every batch.
     #[arg(long, value_name = "N", help_heading = GPU)]
     pub gpus: Option<usize>,
+    /// With several GPUs, sum the gradients in this many pieces, each as soon as it is made.
+    ///
+    /// The first layer's weight gradient is split along its units; the sums overlap the GEMMs
+    /// of later pieces and the updates of earlier ones. By default the host's choice for the
+    /// shape.
+    #[arg(long, value_name = "N", help_heading = GPU)]
+    pub reduce_pieces: Option<usize>,
 }
 
 #[derive(clap::Args)]
@@ -326,6 +370,7 @@ pub fn train_options(a: &TrainFlags, d: Options) -> Result<Options> {
         quiet: a.quiet,
         print_every: a.print_every.unwrap_or(d.print_every),
         gpus: a.gpus.unwrap_or(d.gpus),
+        reduce_pieces: a.reduce_pieces,
     })
 }
 

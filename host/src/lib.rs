@@ -61,6 +61,7 @@
 //! linear regression of `host regression` ([`regression`]).
 //!
 //! [`mlp::train`]: fn@mlp::train
+pub mod allreduce_bench;
 pub mod cuda;
 pub mod gemm;
 pub mod gemm_bench;

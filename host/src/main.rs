@@ -1,15 +1,16 @@
 //! `host`: train and benchmark with Rust GPU kernels. `host --help` lists the commands.
 mod cli;
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use clap::FromArgMatches;
 use cli::{Cli, Command, GemmArgs};
+use host::allreduce_bench::{self, Sweep};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
 use host::gemm_bench::{self, Entry};
 use host::mlp::{Dataset, Launched, Options};
 use host::regression::report::Report;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// A command with every flag checked that can be without a GPU: what runs once one is open.
@@ -19,6 +20,8 @@ enum Job {
     Regression(Report),
     /// A training run and the data set it loads.
     Train(Options, Data),
+    /// `host allreduce`'s sweep and its CSV file.
+    Allreduce(Sweep, Option<PathBuf>),
 }
 
 /// `host gemm`'s flags, parsed.
@@ -65,6 +68,7 @@ fn check(cli: &Cli) -> Result<(GpuOptions, Job)> {
             Job::Train(o, Data::Mnist(dir))
         }
         Command::Iris(a) => Job::Train(training(&a.train, Options::iris())?, Data::Iris),
+        Command::Allreduce(a) => Job::Allreduce(allreduce_sweep(a)?, a.csv.clone()),
     };
     Ok((opts, job))
 }
@@ -101,6 +105,66 @@ fn gemm_table(a: &GemmArgs) -> Result<GemmTable> {
         time_ms: a.time_ms,
         csv: a.csv.clone(),
     })
+}
+
+fn allreduce_sweep(a: &cli::AllreduceArgs) -> Result<Sweep> {
+    use host::mlp::reduce::MAX_PIECES;
+    ensure!(
+        a.gpus.is_none_or(|g| g >= 2),
+        "--gpus: a sum needs at least 2 GPUs"
+    );
+    ensure!(
+        a.hidden.iter().all(|&h| h > 0),
+        "--hidden: widths must be positive"
+    );
+    ensure!(
+        a.pieces.iter().all(|p| (1..=MAX_PIECES).contains(p)),
+        "--pieces: give 1 to {MAX_PIECES}"
+    );
+    ensure!(a.reps > 0, "--reps must be at least 1");
+    if let Some(path) = &a.csv {
+        host::ensure_output_path("--csv", path)?;
+    }
+    Ok(Sweep {
+        gpus: a.gpus.unwrap_or(0),
+        hidden: a.hidden.clone(),
+        pieces: a.pieces.clone(),
+        reps: a.reps,
+    })
+}
+
+/// Runs `s` (on every GPU present where it names none) and prints its table.
+fn allreduce(opts: &GpuOptions, mut s: Sweep, csv: Option<&Path>) -> Result<()> {
+    if s.gpus == 0 {
+        s.gpus = Gpu::count()?;
+    }
+    println!(
+        "gradient sums of a data-parallel step over {} GPUs through NCCL {}; time = median \
+         over replays of a CUDA graph of {} sums",
+        s.gpus,
+        host::nccl::describe()?,
+        allreduce_bench::CALLS
+    );
+    let rows = allreduce_bench::run(&s, opts)?;
+    println!("| memory | collective | hidden | pieces | MB | µs | bus GB/s |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {:.2} | {:.1} | {:.0} |",
+            r.memory,
+            r.collective,
+            r.hidden,
+            r.pieces,
+            r.bytes as f64 / 1e6,
+            r.us,
+            r.bus_gb_s(s.gpus)
+        );
+    }
+    if let Some(path) = csv {
+        allreduce_bench::write_csv(path, &rows, s.gpus)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn regression_report(a: &cli::RegressionArgs) -> Report {
@@ -159,6 +223,7 @@ fn run(cli: Cli) -> Result<()> {
         Job::Info => host::info::print(&open()?),
         Job::Gemm(t) => gemm(&open()?, &t),
         Job::Regression(report) => report.run(&open()?),
+        Job::Allreduce(s, csv) => allreduce(&opts, s, csv.as_deref()),
         Job::Train(o, data) => {
             let launched = Launched::from_env()?;
             if let Some(l) = &launched {
@@ -273,6 +338,22 @@ mod tests {
             (
                 vec!["mnist", "--save", weights.as_str()],
                 "does not exist".into(),
+            ),
+            (
+                vec!["mnist", "--reduce-pieces", "0"],
+                "--reduce-pieces 0: give 1 to 16".into(),
+            ),
+            (
+                vec!["allreduce", "--pieces", "1,17"],
+                "--pieces: give 1 to 16".into(),
+            ),
+            (
+                vec!["allreduce", "--gpus", "1"],
+                "--gpus: a sum needs at least 2 GPUs".into(),
+            ),
+            (
+                vec!["allreduce", "--csv", table.as_str()],
+                format!("--csv {missing}/gemm.csv: directory {missing} does not exist"),
             ),
             (vec!["gemm", "--sizes", "64x32"], "size \"64x32\"".into()),
             (

@@ -41,6 +41,25 @@ struct Api {
         RawComm,
         *mut c_void,
     ) -> Status,
+    #[allow(clippy::type_complexity)]
+    reduce_scatter: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        RawComm,
+        *mut c_void,
+    ) -> Status,
+    #[allow(clippy::type_complexity)]
+    all_gather: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        RawComm,
+        *mut c_void,
+    ) -> Status,
     error_string: unsafe extern "C" fn(Status) -> *const c_char,
     /// NCCL 2.27's symmetric memory, where the loaded library has it.
     windows: Option<Windows>,
@@ -126,6 +145,8 @@ fn bind(lib: Library, path: String) -> Result<Api> {
             comm_init_rank: *lib.get(b"ncclCommInitRank")?,
             comm_abort: *lib.get(b"ncclCommAbort")?,
             all_reduce: *lib.get(b"ncclAllReduce")?,
+            reduce_scatter: *lib.get(b"ncclReduceScatter")?,
+            all_gather: *lib.get(b"ncclAllGather")?,
             error_string: *lib.get(b"ncclGetErrorString")?,
             windows: bind_windows(&lib),
             _lib: lib,
@@ -269,6 +290,47 @@ impl Comm {
         let s = stream.cu_stream() as *mut c_void;
         let status = unsafe { (a.all_reduce)(buf, buf, count, T::NCCL_TYPE, SUM, self.raw, s) };
         check(a, status, "ncclAllReduce")
+    }
+
+    /// Queues on `stream` the sum over all ranks of the `world · share` elements at `ptr`, of
+    /// which this rank keeps its share, in place: elements `rank · share ..` `+ share`.
+    pub fn sum_own_share<T: Element>(
+        &self,
+        ptr: u64,
+        share: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let a = api()?;
+        let own = (ptr + (self.rank * share * size_of::<T>()) as u64) as *mut c_void;
+        let s = stream.cu_stream() as *mut c_void;
+        let status = unsafe {
+            (a.reduce_scatter)(
+                ptr as *const c_void,
+                own,
+                share,
+                T::NCCL_TYPE,
+                SUM,
+                self.raw,
+                s,
+            )
+        };
+        check(a, status, "ncclReduceScatter")
+    }
+
+    /// Queues on `stream` every rank's share of the `world · share` elements at `ptr` (its own
+    /// at `rank · share`) to every rank, in place.
+    pub fn gather_shares<T: Element>(
+        &self,
+        ptr: u64,
+        share: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        let a = api()?;
+        let own = (ptr + (self.rank * share * size_of::<T>()) as u64) as *const c_void;
+        let s = stream.cu_stream() as *mut c_void;
+        let status =
+            unsafe { (a.all_gather)(own, ptr as *mut c_void, share, T::NCCL_TYPE, self.raw, s) };
+        check(a, status, "ncclAllGather")
     }
 }
 

@@ -90,6 +90,29 @@ fn two_gpus_follow_the_loss_curve_of_one() {
     );
 }
 
+/// A replica that makes and sums its gradients in pieces (W1's rows in blocks, each summed and
+/// stepped as soon as it is made) takes the steps of one sum of all, bit for bit: each piece's
+/// GEMM runs the whole product's plan, and a sum of two ranks' values is the same in any call.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sums_in_pieces_train_exactly_as_one_sum() {
+    let ds = mnist();
+    let gpus = Gpu::count().expect("this test needs a CUDA GPU").min(2);
+    let run = |pieces| {
+        let o = Options {
+            hidden: vec![200],
+            gpus,
+            reduce_pieces: Some(pieces),
+            ..layered()
+        };
+        train_data_parallel(0, &GpuOptions::default(), &o, &ds).unwrap()
+    };
+    // 200 units: pieces of 64, 64, 64 and 8.
+    let (whole, pieces) = (run(1), run(4));
+    assert_eq!(whole[0].step_losses, pieces[0].step_losses);
+    assert_eq!(whole[0].test_accuracy, pieces[0].test_accuracy);
+}
+
 /// Rank 0 writes a data-parallel run's checkpoint: the weights the replicas trained, which stand
 /// as near one GPU's as rounding lets two runs stay, not the weights they started from.
 #[test]

@@ -13,6 +13,7 @@ pub mod model;
 pub mod options;
 pub mod parallel;
 pub mod persistent;
+pub mod reduce;
 pub mod reference;
 pub mod shape;
 pub mod train;

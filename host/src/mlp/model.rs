@@ -11,6 +11,7 @@ use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
 use half::f16;
+use std::ops::Range;
 
 /// Weight initialisation schemes (biases start at zero).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -306,6 +307,10 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
     pub fn layers(&self) -> usize {
         self.sizes.len() - 1
     }
@@ -406,22 +411,40 @@ impl<'g> Mlp<'g> {
     /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
     /// every parameter gradient; with `step`, every parameter takes that SGD step as soon as its
     /// gradient is made, and no gradient is stored.
+    pub fn backward(&self, x: u64, rows: usize, step: Option<SgdStep>) -> Result<()> {
+        let main = (&*self.gpu.stream, self.ws.ptr);
+        self.backward_then(x, rows, step, || {
+            self.weight_gradient(main, 0, x, rows, step)
+        })
+    }
+
+    /// [`Mlp::backward`] with the first layer's weight gradient, the last GEMM of the pass,
+    /// queued by `first` on the GPU's stream: a data-parallel replica makes it in pieces.
     ///
     /// A layer's input gradient, which reads its weights, comes first; its parameters' gradients
     /// then run on the second stream beside the rest of the pass (nothing after reads what they
     /// write or writes what they read), the first layer's weights' on the GPU's stream beside
     /// its bias's. The streams meet at the end, even when queueing fails, so a capture in
     /// progress ends joined.
-    pub fn backward(&self, x: u64, rows: usize, step: Option<SgdStep>) -> Result<()> {
+    pub fn backward_then(
+        &self,
+        x: u64,
+        rows: usize,
+        step: Option<SgdStep>,
+        first: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
         let mut forked = false;
-        let queued = self.queue_backward(x, rows, step, &mut forked);
+        let queued = self
+            .queue_backward(x, rows, step, &mut forked)
+            .and_then(|()| first());
         if forked {
-            self.beside.side.join(self.gpu)?;
+            self.join_beside()?;
         }
         queued
     }
 
-    /// Queues [`Mlp::backward`]'s work, setting `forked` once work is on the second stream.
+    /// Queues [`Mlp::backward`]'s work but the first layer's weight gradient, setting `forked`
+    /// once work is on the second stream.
     fn queue_backward(
         &self,
         x: u64,
@@ -445,8 +468,10 @@ impl<'g> Mlp<'g> {
             if hidden {
                 bias_grad(self.gpu, beside.0, self.bias_gradient(l, rows, step))?;
             }
-            let on = if on_beside { beside } else { main };
-            self.weight_gradient(on, l, x, rows, step)?;
+            if l > 0 {
+                let on = if on_beside { beside } else { main };
+                self.weight_gradient(on, l, x, rows, step)?;
+            }
         }
         Ok(())
     }
@@ -486,6 +511,32 @@ impl<'g> Mlp<'g> {
         self.gemm_on(on, (Product::WeightGradient, l, rows), step, ptrs)
     }
 
+    /// Queues on the GPU's stream the first layer's weight gradient for its output `units`
+    /// only (rows `units` of W1), into `g16`: a piece of [`Mlp::weight_gradient`]'s product by
+    /// the same plan, so each element is the same sum as in the whole.
+    pub fn first_weight_gradient(&self, x: u64, rows: usize, units: Range<usize>) -> Result<()> {
+        let (inputs, outputs) = (self.sizes[0], self.sizes[1]);
+        ensure!(
+            units.start < units.end && units.end <= outputs && units.start.is_multiple_of(8),
+            "units {units:?} of {outputs} are no piece of the first layer"
+        );
+        let plan =
+            self.plans[usize::from(rows != self.step.rows)][0][Product::WeightGradient as usize];
+        let p = Problem {
+            m: units.len(),
+            split_k: plan.split_k,
+            ..layer::problem(&self.sizes, 0, Product::WeightGradient, rows)
+        };
+        let ptrs = Ptrs {
+            a: self.grads[0].at(units.start),
+            b: x,
+            c: self.g16(self.offsets[0].0 + units.start * inputs),
+            ws: self.ws.ptr,
+            ..Ptrs::default()
+        };
+        gemm::launch_on(self.gpu, &self.gpu.stream, plan.version, &p, ptrs)
+    }
+
     /// Layer `l`'s bias gradient, or with `step` its SGD step: column sums of `d`.
     fn bias_gradient(&self, l: usize, rows: usize, step: Option<SgdStep>) -> BiasGrad {
         let o = self.sizes[l + 1];
@@ -505,14 +556,20 @@ impl<'g> Mlp<'g> {
         self.beside.side.fork(self.gpu)
     }
 
-    /// One SGD step over every parameter from the gradients in `g16`, in one launch.
-    pub fn update(&self, step: SgdStep) -> Result<()> {
+    /// Makes the GPU's stream wait for the work queued so far on the second stream.
+    pub fn join_beside(&self) -> Result<()> {
+        self.beside.side.join(self.gpu)
+    }
+
+    /// One SGD step, on the GPU's stream, over the parameters `range` of the flat buffer from
+    /// their gradients in `g16`, in one launch.
+    pub fn update(&self, step: SgdStep, range: Range<usize>) -> Result<()> {
         let p = SgdUpdate {
-            w: self.w32.ptr,
-            w16: self.w16.ptr,
-            g: self.g16.ptr,
-            v: self.vel.ptr,
-            n: self.n_params as u32,
+            w: self.w32.at(range.start),
+            w16: self.w16.at(range.start),
+            g: self.g16.at(range.start),
+            v: self.vel.at(range.start),
+            n: range.len() as u32,
             lr: step.lr,
             momentum: step.momentum,
         };

@@ -2,6 +2,7 @@
 //! back to and the library starts from, and the checks that refuse bad ones before any GPU
 //! work.
 use super::model::Init;
+use super::reduce::MAX_PIECES;
 use crate::gemm::Version;
 use anyhow::{Result, ensure};
 use gpu::gemm::Accum;
@@ -50,6 +51,9 @@ pub struct Options {
     pub print_every: usize,
     /// GPUs to train on, data parallel: each takes `batch / gpus` rows of every step.
     pub gpus: usize,
+    /// Pieces each data-parallel replica sums its gradients in, each summed as soon as it is
+    /// made ([`reduce`](super::reduce)); `None`: the host's choice for the shape.
+    pub reduce_pieces: Option<usize>,
 }
 
 impl Options {
@@ -74,6 +78,7 @@ impl Options {
             quiet: false,
             print_every: 1,
             gpus: 1,
+            reduce_pieces: None,
         }
     }
 
@@ -123,6 +128,12 @@ pub fn validate(o: &Options) -> Result<()> {
     );
     ensure!(o.print_every > 0, "--print-every must be positive");
     ensure!(o.gpus > 0, "--gpus must be at least 1");
+    if let Some(p) = o.reduce_pieces {
+        ensure!(
+            (1..=MAX_PIECES).contains(&p),
+            "--reduce-pieces {p}: give 1 to {MAX_PIECES}"
+        );
+    }
     ensure!(
         o.batch.is_multiple_of(o.gpus),
         "--batch {} does not split evenly over --gpus {}",

@@ -8,6 +8,7 @@ use super::metrics::{Metrics, progress_bar};
 use super::model::{self, Mlp};
 use super::options::{Options, validate};
 use super::persistent::Persistent;
+use super::reduce::{Reduction, pieces};
 use super::shape::{EvalShape, StepShape};
 use crate::cuda::{Arena, Gpu};
 use crate::gemm::SgdStep;
@@ -16,7 +17,6 @@ use anyhow::{Context, Result, anyhow, ensure};
 use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::params::GatherBatch;
-use half::f16;
 use indicatif::ProgressBar;
 use std::time::Instant;
 
@@ -75,6 +75,8 @@ pub(super) struct Trainer<'a> {
     // Dropped in this order: the engine (whose drop waits for a shuffle ahead) before the arena
     // its buffers come from.
     engine: Engine,
+    /// A replica's gradient sum; `None` on one GPU.
+    reduction: Option<Reduction>,
     model: Mlp<'a>,
     b: Buffers,
     _arena: Arena,
@@ -113,6 +115,10 @@ impl<'a> Trainer<'a> {
         };
         let carved = carve_run(gpu, o, ds, &footprint, (&choice, comm))?;
         let (bytes, freed) = (carved.bytes, carved.freed);
+        let reduction = match comm {
+            Some(c) => Some(Reduction::new(gpu, &sizes, pieces(o, &sizes, &shape, c))?),
+            None => None,
+        };
         let t = Trainer {
             gpu,
             o,
@@ -123,6 +129,7 @@ impl<'a> Trainer<'a> {
             params,
             eval,
             engine: carved.engine,
+            reduction,
             model: carved.model,
             b: carved.buffers,
             _arena: carved.arena,
@@ -170,7 +177,9 @@ impl<'a> Trainer<'a> {
             o.init,
             o.accum.suffix(),
             self.engine.describe(o.graph),
-        ))
+        ) + &self.reduction.as_ref().map_or(String::new(), |r| {
+            format!(", gradients summed in {} pieces", r.pieces())
+        }))
     }
 
     /// Every epoch, or with `--epochs 0` one evaluation of the loaded weights.
@@ -257,15 +266,16 @@ impl<'a> Trainer<'a> {
         // On one GPU every parameter takes its step in the kernel that makes its gradient
         // (unless a forced `wgmma` configuration keeps the update apart); replicas store their
         // gradients, sum them, then step.
-        let fused = (self.comm.is_none() && model.steps_in_backward()).then_some(step);
+        if let (Some(comm), Some(reduction)) = (self.comm, &self.reduction) {
+            model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, None)?;
+            return reduction.backward_and_step(model, comm, (b.xb.ptr, rows), step);
+        }
+        let fused = model.steps_in_backward().then_some(step);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, fused)?;
         model.backward(b.xb.ptr, rows, fused)?;
-        if let Some(comm) = self.comm {
-            comm.sum_in_place::<f16>(model.g16.ptr, model.n_params, &self.gpu.stream)?;
-        }
         match fused {
             Some(_) => Ok(()),
-            None => model.update(step),
+            None => model.update(step, 0..model.n_params),
         }
     }
 
