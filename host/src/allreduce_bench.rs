@@ -140,6 +140,10 @@ fn sum(comm: &Comm, gpu: &Gpu, ptr: u64, ranges: &[Range<usize>]) -> Result<()> 
 /// Median microseconds of one `queue`, captured [`CALLS`] times in a graph and replayed `reps`
 /// times once every rank is ready, after a few replays unmeasured.
 fn time(gpu: &Gpu, ready: &Barrier, reps: usize, queue: &dyn Fn() -> Result<()>) -> Result<f64> {
+    // Once outside the graph first: NCCL sets up a collective's first use of a buffer with
+    // calls that a capture does not allow.
+    queue()?;
+    gpu.sync()?;
     let s = &gpu.stream;
     s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let captured = (0..CALLS).try_for_each(|_| queue());

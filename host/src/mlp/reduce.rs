@@ -8,7 +8,6 @@
 //! One piece is one sum of the whole buffer after the backward pass and one update.
 use super::model::{Mlp, param_layout};
 use super::options::Options;
-use super::shape::StepShape;
 use crate::cuda::{Gpu, SideStream};
 use crate::gemm::SgdStep;
 use crate::nccl::Comm;
@@ -53,11 +52,11 @@ pub fn param_ranges(sizes: &[usize], units: &[Range<usize>]) -> Vec<Range<usize>
     ranges
 }
 
-/// The pieces a replica's sum is split into: `--reduce-pieces`, else the host's choice for a
-/// model of widths `sizes` and this step's rows on each of `comm`'s ranks: one, wherever the
-/// sums of smaller pieces, each paying NCCL's fixed cost of a call, end later than one sum of
-/// all.
-pub fn pieces(o: &Options, _sizes: &[usize], _shape: &StepShape, _comm: &Comm) -> usize {
+/// The pieces a replica's sum is split into: `--reduce-pieces`, else one. Each sum is a call of
+/// NCCL's with a fixed cost (about 10 µs on H100s joined by NVLink, symmetric memory or not)
+/// larger than the piece of the first layer's GEMM it could hide (a few µs at batch 512), so
+/// more pieces end later on every shape measured (`docs/parallel.md`).
+pub fn pieces(o: &Options) -> usize {
     o.reduce_pieces.unwrap_or(1)
 }
 

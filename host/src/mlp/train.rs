@@ -116,7 +116,7 @@ impl<'a> Trainer<'a> {
         let carved = carve_run(gpu, o, ds, &footprint, (&choice, comm))?;
         let (bytes, freed) = (carved.bytes, carved.freed);
         let reduction = match comm {
-            Some(c) => Some(Reduction::new(gpu, &sizes, pieces(o, &sizes, &shape, c))?),
+            Some(_) => Some(Reduction::new(gpu, &sizes, pieces(o))?),
             None => None,
         };
         let t = Trainer {
