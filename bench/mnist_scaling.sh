@@ -15,6 +15,9 @@ widths=${WIDTHS:-"4096 8192"}; batches=${BATCHES:-"512 2048"}; epochs=${EPOCHS:-
 systems=${SYSTEMS:-"ours pytorch"}
 has() { [[ " $systems " == *" $1 "* ]]; }
 mkdir -p "$out"
+# The GPUs and their links, for the log.
+nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c >&2
+nvidia-smi topo -m >&2 || true
 csv="$out/mnist_scaling.csv"
 echo "system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy" > "$csv"
 for batch in $batches; do
@@ -37,6 +40,6 @@ sums="$out/allreduce.csv"; rm -f "$sums"
 for g in $gpus; do
   [ "$g" -ge 2 ] || continue
   "$host" allreduce --gpus "$g" --hidden "${widths// /,}" --csv "$out/allreduce.tmp" >&2
-  { [ -f "$sums" ] && tail -n +2 "$out/allreduce.tmp" || cat "$out/allreduce.tmp"; } >> "$sums"
-  rm -f "$out/allreduce.tmp"
+  if [ -f "$sums" ]; then tail -n +2 "$out/allreduce.tmp" >> "$sums"; rm "$out/allreduce.tmp"
+  else mv "$out/allreduce.tmp" "$sums"; fi
 done

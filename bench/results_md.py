@@ -265,8 +265,10 @@ if sc:
         if int(r["epoch"]) > 1:
             t[(r["system"], int(r["batch"]), int(r["hidden"]), int(r["gpus"]))].append(float(r["epoch_time_s"]))
     md.append("## Data-parallel scaling (MNIST 784-H-10, `host mnist --gpus N` against PyTorch DDP)\n")
-    md.append("Milliseconds per epoch (median of epochs 2+) at the same global batch; speed-up: the same system's time on "
-              "one GPU over its time on N. DDP is the only framework mode measured here.\n")
+    gpus = re.search(r"^\s*(\d+) (.+)$", (d / "scaling.log").read_text(), re.M) if (d / "scaling.log").exists() else None
+    host = f" on a host of {gpus[1]} {gpus[2]} (`scaling.log` has their links)" if gpus else ""
+    md.append(f"Milliseconds per epoch (median of epochs 2+) at the same global batch{host}; speed-up: the same system's "
+              "time on one GPU over its time on N. DDP is the only framework mode measured here.\n")
     md.append("| global batch | hidden | GPUs | ours ms | ours speed-up | DDP ms | DDP speed-up | ours × DDP |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- |")
     for b, h, g in sorted({k[1:] for k in t}):
@@ -276,13 +278,19 @@ if sc:
     md.append("")
 ar = rows("allreduce.csv")
 if ar:
-    md.append("The gradient sum alone (`host allreduce`): the fp16 sum of every gradient of 784-H-10, whole and in the pieces "
-              "of `--reduce-pieces`, and the reduce-scatter and all-gather of a sharded update; µs per sum, median over "
-              "replays of a CUDA graph of 20.\n")
-    md.append("| GPUs | hidden | MB | memory | collective | pieces | µs | bus GB/s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for r in ar:
-        md.append(f"| {r['gpus']} | {r['hidden']} | {int(r['bytes']) / 1e6:.2f} | {r['memory']} | {r['collective']} | "
-                  f"{r['pieces']} | {float(r['us']):.1f} | {float(r['bus_gb_s']):.0f} |")
+    md.append("The gradient sum alone (`host allreduce`): the fp16 sum of every gradient of 784-H-10, in one call and in the "
+              "pieces of `--reduce-pieces`, and the reduce-scatter and all-gather a sharded update would make instead; µs per "
+              "sum, median over replays of a CUDA graph of 20 (bus bandwidth of the one call in brackets).\n")
+    pieces = sorted({int(r["pieces"]) for r in ar if r["collective"] == "all-reduce"})
+    md.append("| GPUs | hidden | MB | memory | " + " | ".join(f"all-reduce, {p} piece{'s' if p > 1 else ''}" for p in pieces)
+              + " | reduce-scatter + all-gather |\n" + "| --- " * (5 + len(pieces)) + "|")
+    cell = {(r["gpus"], r["hidden"], r["memory"], r["collective"], int(r["pieces"])): r for r in ar}
+    for g, h, mem in dict.fromkeys((r["gpus"], r["hidden"], r["memory"]) for r in ar):
+        us = lambda c, p: float(cell[(g, h, mem, c, p)]["us"]) if (g, h, mem, c, p) in cell else float("nan")
+        one = cell.get((g, h, mem, "all-reduce", 1))
+        sums = [f"{us('all-reduce', p):.1f}" + (f" ({float(one['bus_gb_s']):.0f} GB/s)" if p == 1 and one else "") for p in pieces]
+        size = int(next(r["bytes"] for r in ar if r["hidden"] == h)) / 1e6
+        md.append(f"| {g} | {h} | {size:.2f} | {mem} | " + " | ".join(sums) + f" | {us('reduce-scatter+all-gather', 1):.1f} |")
     md.append("")
 
 # Regression
