@@ -7,6 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use gpu::gemm::Accum;
 use host::gemm::Version;
 use host::mlp::Options;
+use host::mlp::split::Parallel;
 use host::ptx;
 use std::path::PathBuf;
 
@@ -47,7 +48,7 @@ Examples:
 
 const ALLREDUCE_EXAMPLES: &str = "\
 Examples:
-  host allreduce                every GPU, hidden 4096 and 8192, in 1, 2, 4 and 8 pieces
+  host allreduce                every GPU; hidden 4096, 8192; 1, 2, 4, 8 pieces
   host allreduce --gpus 2 --hidden 4096 --pieces 1,4 --csv allreduce.csv";
 
 const REGRESSION_EXAMPLES: &str = "\
@@ -280,6 +281,12 @@ pub struct TrainFlags {
     /// shape.
     #[arg(long, value_name = "N", help_heading = GPU)]
     pub reduce_pieces: Option<usize>,
+    /// How the GPUs of --gpus share a step: data (each a share of the batch) or tensor (each a
+    /// block of the hidden layer's units).
+    ///
+    /// By default tensor, where the model has one hidden layer that splits evenly.
+    #[arg(long, value_enum, help_heading = GPU)]
+    pub parallel: Option<Parallel>,
 }
 
 #[derive(clap::Args)]
@@ -371,6 +378,7 @@ pub fn train_options(a: &TrainFlags, d: Options) -> Result<Options> {
         print_every: a.print_every.unwrap_or(d.print_every),
         gpus: a.gpus.unwrap_or(d.gpus),
         reduce_pieces: a.reduce_pieces,
+        parallel: a.parallel,
     })
 }
 
@@ -575,7 +583,7 @@ mod tests {
                 arg.get_id()
             );
         }
-        for name in ["info", "gemm", "regression", "mnist", "iris"] {
+        for name in ["info", "gemm", "regression", "mnist", "iris", "allreduce"] {
             assert!(c.find_subcommand(name).is_some(), "{name}");
         }
     }
@@ -584,7 +592,7 @@ mod tests {
     /// directories named as such, the accumulators listed, and examples to start from.
     #[test]
     fn help_is_short_lines_under_headings_with_examples() {
-        for sub in ["info", "gemm", "regression", "mnist", "iris"] {
+        for sub in ["info", "gemm", "regression", "mnist", "iris", "allreduce"] {
             for h in ["-h", "--help"] {
                 let text = help(&["host", sub, h]);
                 for line in text.lines() {

@@ -7,6 +7,7 @@ use binary::host_binary;
 use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
 use host::mlp::model::init_params;
+use host::mlp::split::Parallel;
 use host::mlp::{Options, checkpoint, train, train_data_parallel};
 use std::process::Command;
 
@@ -26,21 +27,27 @@ fn layered() -> Options {
     }
 }
 
+/// Both ways of sharing a step, forced.
+const MODES: [Parallel; 2] = [Parallel::Data, Parallel::Tensor];
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let ds = mnist();
     let alone = train(&g, &layered(), &ds).unwrap();
-    let one = Options {
-        gpus: 1,
-        ..layered()
-    };
-    let replica = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
-    // A sum over one rank changes nothing: the same steps, bit for bit (and the replica's
-    // separate update takes the same steps as one GPU's, taken in the gradients' kernels).
-    assert_eq!(alone[0].step_losses, replica[0].step_losses);
-    assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
+    for parallel in MODES {
+        let one = Options {
+            gpus: 1,
+            parallel: Some(parallel),
+            ..layered()
+        };
+        let replica = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
+        // A sum over one rank changes nothing: the same steps, bit for bit (and the replica's
+        // separate update takes the same steps as one GPU's, taken in the gradients' kernels).
+        assert_eq!(alone[0].step_losses, replica[0].step_losses, "{parallel:?}");
+        assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
+    }
     let many = Options {
         gpus: 64,
         batch: 128,
@@ -62,29 +69,36 @@ fn two_gpus_follow_the_loss_curve_of_one() {
     let g = Gpu::new(0).unwrap();
     let ds = mnist();
     let one = train(&g, &layered(), &ds).unwrap();
-    let two = Options {
-        gpus: 2,
-        ..layered()
-    };
-    let two = train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
-    let (a, b) = (&one[0], &two[0]);
+    for parallel in MODES {
+        let two = Options {
+            gpus: 2,
+            parallel: Some(parallel),
+            ..layered()
+        };
+        let two = train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
+        follows(&one[0], &two[0], parallel);
+    }
+}
+
+/// Asserts that `b`, an epoch of two GPUs sharing steps by `parallel`, follows `a`, one GPU's.
+fn follows(a: &host::mlp::Epoch, b: &host::mlp::Epoch, parallel: Parallel) {
     assert_eq!(a.step_losses.len(), b.step_losses.len());
     // The first step starts from the same weights on the same 128 rows: only rounding differs
-    // (two GEMMs of 64 rows, two fp16 gradients summed).
+    // (two GEMMs of 64 rows and two fp16 gradients summed, or two fp16 halves of each logit).
     let (first_a, first_b) = (a.step_losses[0], b.step_losses[0]);
     assert!(
         (first_a - first_b).abs() < 0.01 * first_a,
-        "first step: one GPU {first_a}, two {first_b}"
+        "{parallel:?}, first step: one GPU {first_a}, two {first_b}"
     );
     assert!(
         (a.train_loss - b.train_loss).abs() < 0.02 * a.train_loss,
-        "mean train loss of the epoch: one GPU {}, two {}",
+        "{parallel:?}, mean train loss of the epoch: one GPU {}, two {}",
         a.train_loss,
         b.train_loss
     );
     assert!(
         (a.test_accuracy - b.test_accuracy).abs() < 0.005,
-        "test accuracy: one GPU {}, two {}",
+        "{parallel:?}, test accuracy: one GPU {}, two {}",
         a.test_accuracy,
         b.test_accuracy
     );
@@ -103,6 +117,7 @@ fn sums_in_pieces_train_exactly_as_one_sum() {
             hidden: vec![200],
             gpus,
             reduce_pieces: Some(pieces),
+            parallel: Some(Parallel::Data),
             ..layered()
         };
         train_data_parallel(0, &GpuOptions::default(), &o, &ds).unwrap()
@@ -129,30 +144,53 @@ fn two_gpus_save_the_weights_they_trained() {
         save: Some(one_path.clone()),
         ..layered()
     };
-    train(&Gpu::new(0).unwrap(), &one, &ds).unwrap();
-    let two = Options {
-        gpus: 2,
-        save: Some(two_path.clone()),
-        ..layered()
-    };
-    train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
+    let g = Gpu::new(0).unwrap();
+    train(&g, &one, &ds).unwrap();
     let sizes = [784, one.hidden[0], 10];
     let start = init_params(&sizes, one.init, one.seed);
     let a = checkpoint::load(&one_path, &sizes).unwrap();
-    let b = checkpoint::load(&two_path, &sizes).unwrap();
+    for parallel in MODES {
+        let two = Options {
+            gpus: 2,
+            save: Some(two_path.clone()),
+            parallel: Some(parallel),
+            ..layered()
+        };
+        let trained = train_data_parallel(0, &GpuOptions::default(), &two, &ds).unwrap();
+        let b = checkpoint::load(&two_path, &sizes).unwrap();
+        near(&a, &b, &start, parallel);
+        // Loaded on one GPU, the checkpoint scores what rank 0 scored (up to the rounding of
+        // the logits' halves).
+        let load = Options {
+            epochs: 0,
+            load: Some(two_path.clone()),
+            ..layered()
+        };
+        let scored = train(&g, &load, &ds).unwrap()[0].test_accuracy;
+        let diff = (scored - trained[0].test_accuracy).abs();
+        assert!(
+            diff <= 0.001,
+            "{parallel:?}: {scored} against {}",
+            trained[0].test_accuracy
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Asserts that `b`, weights two GPUs trained from `start`, stand near `a`, one GPU's.
+fn near(a: &[f32], b: &[f32], start: &[f32], parallel: Parallel) {
     // Rounding apart, two GPUs take other steps: after an epoch they stand about a fifth of the
     // move away from one GPU's weights. Weights left as they started would stand the whole move
     // away.
     let (mut moved, mut apart) = (0.0f64, 0.0f64);
-    for ((&a, &b), &s) in a.iter().zip(&b).zip(&start) {
+    for ((&a, &b), &s) in a.iter().zip(b).zip(start) {
         moved += f64::from(a - s).powi(2);
         apart += f64::from(a - b).powi(2);
     }
     assert!(moved > 0.0, "training moved no weight");
     assert!(
         apart < 0.25 * moved,
-        "two GPUs' checkpoint is {:.3} of one GPU's move away",
+        "{parallel:?}: two GPUs' checkpoint is {:.3} of one GPU's move away",
         (apart / moved).sqrt()
     );
 }
@@ -251,10 +289,12 @@ fn two_processes_under_torchrun_train_as_two_threads() {
     let port = format!("{}", 20000 + std::process::id() % 20000);
     let torchrun = ["torchrun", "--no-python", "--nproc-per-node", "2"];
     let torchrun = [&torchrun[..], &["--master-port", &port]].concat();
-    let Some(processes) = metrics_of(&torchrun, &[], "processes") else {
-        return;
-    };
-    let threads = metrics_of(&[], &["--gpus", "2"], "threads").unwrap();
-    assert!(processes.lines().count() > 400, "{processes}");
-    assert_eq!(processes, threads);
+    for how in ["data", "tensor"] {
+        let Some(processes) = metrics_of(&torchrun, &["--parallel", how], "processes") else {
+            return;
+        };
+        let threads = metrics_of(&[], &["--gpus", "2", "--parallel", how], "threads").unwrap();
+        assert!(processes.lines().count() > 400, "{processes}");
+        assert_eq!(processes, threads, "{how}");
+    }
 }

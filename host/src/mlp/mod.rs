@@ -16,6 +16,7 @@ pub mod persistent;
 pub mod reduce;
 pub mod reference;
 pub mod shape;
+pub mod split;
 pub mod train;
 
 pub use data::{Dataset, Features, Split};

@@ -3,6 +3,7 @@
 //! work.
 use super::model::Init;
 use super::reduce::MAX_PIECES;
+use super::split::{self, Parallel};
 use crate::gemm::Version;
 use anyhow::{Result, ensure};
 use gpu::gemm::Accum;
@@ -54,6 +55,8 @@ pub struct Options {
     /// Pieces each data-parallel replica sums its gradients in, each summed as soon as it is
     /// made ([`reduce`](super::reduce)); `None`: the host's choice for the shape.
     pub reduce_pieces: Option<usize>,
+    /// How several GPUs share a step ([`split`](super::split)); `None`: the host's choice.
+    pub parallel: Option<Parallel>,
 }
 
 impl Options {
@@ -79,6 +82,7 @@ impl Options {
             print_every: 1,
             gpus: 1,
             reduce_pieces: None,
+            parallel: None,
         }
     }
 
@@ -128,6 +132,7 @@ pub fn validate(o: &Options) -> Result<()> {
     );
     ensure!(o.print_every > 0, "--print-every must be positive");
     ensure!(o.gpus > 0, "--gpus must be at least 1");
+    split::validate(o)?;
     if let Some(p) = o.reduce_pieces {
         ensure!(
             (1..=MAX_PIECES).contains(&p),

@@ -1,6 +1,8 @@
-//! Data-parallel training: one replica of the model per GPU, each taking an equal share of every
-//! global batch; the gradients are summed through NCCL inside the captured steps, so the steps
-//! stay graph replays on every GPU and every replica applies the same update.
+//! Training on several GPUs: data parallel, one replica of the model per GPU, each taking an
+//! equal share of every global batch, the gradients summed through NCCL; or tensor parallel, a
+//! block of the hidden layer per GPU, each taking the whole batch, the logits summed
+//! ([`split`](super::split)). The sums run inside the captured steps, so the steps stay graph
+//! replays on every GPU.
 //!
 //! With `--gpus`, each rank is a thread of this process, driving one GPU; under a launcher
 //! (`torchrun`, `srun`), each is a process of its own ([`train_launched`]). Nothing but the NCCL
@@ -9,6 +11,7 @@ use super::data::Dataset;
 use super::launched::Launched;
 use super::options::{Options, validate};
 use super::shape::StepShape;
+use super::split::{Parallel, parallel};
 use super::train::{Epoch, Trainer};
 use crate::cuda::{Gpu, GpuOptions, dptr};
 use crate::nccl::{self, Comm, UniqueId};
@@ -35,12 +38,8 @@ pub fn train_data_parallel(
         "--gpus {world} needs GPUs {first} to {}, but only {present} present",
         first + world - 1
     );
-    let version = nccl::describe()?;
     if !o.quiet {
-        println!(
-            "data parallel over {world} GPUs through NCCL {version}: {} rows of each batch per GPU",
-            StepShape::new(o.batch, ds.train.count, world).rows
-        );
+        println!("{}", sharing(o, ds, "GPUs")?);
     }
     let id = UniqueId::new()?;
     let meet = Meeting::new(world);
@@ -76,17 +75,33 @@ fn replica(
     trainer.run()
 }
 
-/// Rank 0 runs with the run's options; the others train quietly, writing nothing.
+/// The line that says how the run's `o.gpus` ranks (`what`: GPUs, processes) share a step.
+fn sharing(o: &Options, ds: &Dataset, what: &str) -> Result<String> {
+    let (world, version) = (o.gpus, nccl::describe()?);
+    Ok(match parallel(o) {
+        Parallel::Data => format!(
+            "data parallel over {world} {what} through NCCL {version}: {} rows of each batch per GPU",
+            StepShape::new(o.batch, ds.train.count, world).rows
+        ),
+        Parallel::Tensor => format!(
+            "tensor parallel over {world} {what} through NCCL {version}: {} hidden units per GPU, the whole batch on each",
+            o.hidden[0] / world
+        ),
+    })
+}
+
+/// Rank 0 runs with the run's options; the others train quietly, writing nothing (those of a
+/// split hidden layer keep `save`: every rank's block goes into the checkpoint rank 0 writes).
 fn rank_options(rank: usize, o: &Options) -> Options {
     if rank == 0 {
-        o.clone()
-    } else {
-        Options {
-            quiet: true,
-            metrics: None,
-            save: None,
-            ..o.clone()
-        }
+        return o.clone();
+    }
+    let takes_part = parallel(o) == Parallel::Tensor;
+    Options {
+        quiet: true,
+        metrics: None,
+        save: o.save.clone().filter(|_| takes_part),
+        ..o.clone()
     }
 }
 
@@ -106,16 +121,12 @@ pub fn train_launched(
     );
     let o = Options {
         gpus: l.world,
-        ..rank_options(l.rank, o)
+        ..o.clone()
     };
+    let o = rank_options(l.rank, &o);
     validate(&o)?;
     if !o.quiet {
-        println!(
-            "data parallel over {} processes through NCCL {}: {} rows of each batch per GPU",
-            l.world,
-            nccl::describe()?,
-            StepShape::new(o.batch, ds.train.count, l.world).rows
-        );
+        println!("{}", sharing(&o, ds, "processes")?);
     }
     let gpu = Gpu::with_options(l.local_rank, gpu)?;
     gpu.ctx.bind_to_thread()?;

@@ -4,19 +4,22 @@ use super::arena::{Buffers, Footprint, carve_run, ensure_parameters_fit};
 use super::checkpoint;
 use super::data::Dataset;
 use super::engine::{Choice, Engine, graph_steps};
+use super::layer;
 use super::metrics::{Metrics, progress_bar};
 use super::model::{self, Mlp};
 use super::options::{Options, validate};
 use super::persistent::Persistent;
 use super::reduce::{Reduction, pieces};
 use super::shape::{EvalShape, StepShape};
-use crate::cuda::{Arena, Gpu};
+use super::split::{self, Parallel, Split, parallel};
+use crate::cuda::{Arena, Gpu, dptr};
 use crate::gemm::SgdStep;
 use crate::nccl::Comm;
 use anyhow::{Context, Result, anyhow, ensure};
 use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::params::GatherBatch;
+use half::f16;
 use indicatif::ProgressBar;
 use std::time::Instant;
 
@@ -66,9 +69,11 @@ pub(super) struct Trainer<'a> {
     comm: Option<&'a Comm>,
     /// The step on this GPU: the batch, this GPU's rows of it, the steps of an epoch.
     shape: StepShape,
-    /// Layer widths, input first.
+    /// Layer widths, input first (of the whole model, where the hidden layer is split).
     sizes: Vec<usize>,
-    /// The parameters training starts from.
+    /// This GPU's block of the hidden layer, where it is split over GPUs.
+    split: Option<Split>,
+    /// The parameters this GPU's model starts from.
     params: Vec<f32>,
     /// Test rows of one evaluation forward pass, and the passes that cover the test set.
     eval: EvalShape,
@@ -105,19 +110,31 @@ impl<'a> Trainer<'a> {
             Some(p) => checkpoint::load(p, &sizes)?,
             None => model::init_params(&sizes, o.init, o.seed),
         };
-        let shape = StepShape::new(o.batch, ds.train.count, comm.map_or(1, |c| c.world()));
-        let choice = Choice::new(gpu, o, &sizes, &shape, comm.is_some())?;
+        let split = comm
+            .filter(|_| parallel(o) == Parallel::Tensor)
+            .map(|c| Split {
+                rank: c.rank(),
+                world: c.world(),
+            });
+        // This GPU's model: the whole one, or its block of the hidden layer.
+        let (local, params) = match split {
+            Some(s) => (s.local_sizes(&sizes), s.local_params(&sizes, &params)),
+            None => (sizes.clone(), params),
+        };
+        let replicas = comm.filter(|_| split.is_none()).map_or(1, |c| c.world());
+        let shape = StepShape::new(o.batch, ds.train.count, replicas);
+        let choice = Choice::new(gpu, o, &local, &shape, comm.is_some())?;
         let eval = EvalShape::new(ds.test.count);
         let footprint = Footprint {
-            sizes: &sizes,
+            sizes: &local,
             step: shape,
             eval,
         };
         let carved = carve_run(gpu, o, ds, &footprint, (&choice, comm))?;
         let (bytes, freed) = (carved.bytes, carved.freed);
-        let reduction = match comm {
-            Some(_) => Some(Reduction::new(gpu, &sizes, pieces(o))?),
-            None => None,
+        let reduction = match (comm, split) {
+            (Some(_), None) => Some(Reduction::new(gpu, &local, pieces(o))?),
+            _ => None,
         };
         let t = Trainer {
             gpu,
@@ -126,6 +143,7 @@ impl<'a> Trainer<'a> {
             comm,
             shape,
             sizes,
+            split,
             params,
             eval,
             engine: carved.engine,
@@ -256,7 +274,7 @@ impl<'a> Trainer<'a> {
     fn step(&self) -> Result<()> {
         let (o, b, model, rows) = (self.o, &self.b, &self.model, self.shape.rows);
         self.gather()?;
-        model.forward(b.xb.ptr, rows)?;
+        self.forward(b.xb.ptr, rows)?;
         let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
         let grad_scale = Some(1.0 / self.shape.batch as f32);
         let step = SgdStep {
@@ -271,7 +289,9 @@ impl<'a> Trainer<'a> {
             return reduction.backward_and_step(model, comm, (b.xb.ptr, rows), step);
         }
         let fused = model.steps_in_backward().then_some(step);
-        model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, fused)?;
+        // Of a split hidden layer, rank 0 alone holds and steps the logits' bias.
+        let bias_step = fused.filter(|_| self.split.is_none_or(|s| s.rank == 0));
+        model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, bias_step)?;
         model.backward(b.xb.ptr, rows, fused)?;
         match fused {
             Some(_) => Ok(()),
@@ -279,11 +299,33 @@ impl<'a> Trainer<'a> {
         }
     }
 
+    /// The forward pass over `rows` rows of `x`; of a split hidden layer, the logits then summed
+    /// over the ranks' blocks.
+    fn forward(&self, x: u64, rows: usize) -> Result<()> {
+        self.model.forward(x, rows)?;
+        match (self.split, self.comm) {
+            (Some(_), Some(comm)) => {
+                let classes = *self.sizes.last().unwrap();
+                let logits = rows * layer::stride(classes);
+                comm.sum_in_place::<f16>(self.model.logits(), logits, &self.gpu.stream)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// This GPU's share of the batch: replica `r`'s of a data-parallel run, else the whole.
+    fn replica_rank(&self) -> usize {
+        match self.split {
+            Some(_) => 0,
+            None => self.comm.map_or(0, |c| c.rank()),
+        }
+    }
+
     /// Gathers this GPU's rows of the batch of step `*step` of the epoch keyed `*seed` into
     /// `xb`/`yb`: replica `r` takes the `r`-th share.
     fn gather(&self) -> Result<()> {
         let (b, train) = (&self.b, &self.ds.train);
-        let rank = self.comm.map_or(0, |c| c.rank());
+        let rank = self.replica_rank();
         let p = GatherBatch {
             x: b.x_train.ptr,
             y: b.y_train.ptr,
@@ -301,16 +343,17 @@ impl<'a> Trainer<'a> {
         model::gather_batch(self.gpu, p)
     }
 
-    /// Test loss and accuracy of the current weights; not a number on replicas but rank 0's.
+    /// Test loss and accuracy of the current weights; not a number on replicas but rank 0's
+    /// (every rank of a split hidden layer takes part, and has them).
     fn evaluate(&self) -> Result<(f32, f32)> {
-        if self.comm.is_some_and(|c| c.rank() != 0) {
+        if self.split.is_none() && self.comm.is_some_and(|c| c.rank() != 0) {
             return Ok((f32::NAN, f32::NAN));
         }
         let (b, test, eval) = (&self.b, &self.ds.test, self.eval);
         for c in 0..eval.chunks {
             let start = c * eval.rows;
             let rows = eval.rows_of(c, test.count);
-            self.model.forward(b.x_test.at(start * test.dim), rows)?;
+            self.forward(b.x_test.at(start * test.dim), rows)?;
             let sums = (b.eval_loss.at(c), b.eval_correct.at(c));
             self.model
                 .loss(b.y_test.at(start), rows, None, sums, 0, None)?;
@@ -366,7 +409,10 @@ impl<'a> Trainer<'a> {
         metrics.add_steps(epoch, &losses, t);
         metrics.add_epoch(epoch, test_accuracy, t);
         if let Some(p) = &o.save {
-            checkpoint::save(p, &self.sizes, &self.model.params()?)?;
+            let params = self.full_params()?;
+            if self.comm.is_none_or(|c| c.rank() == 0) {
+                checkpoint::save(p, &self.sizes, &params)?;
+            }
         }
         Ok(Epoch {
             epoch,
@@ -411,10 +457,28 @@ impl<'a> Trainer<'a> {
         Ok(())
     }
 
+    /// The whole model's fp32 parameters: this GPU's, or of a split hidden layer every rank's
+    /// blocks, gathered (every rank takes part).
+    fn full_params(&self) -> Result<Vec<f32>> {
+        let own = self.model.params()?;
+        let (Some(s), Some(comm)) = (self.split, self.comm) else {
+            return Ok(own);
+        };
+        let gpu = self.gpu;
+        let mut all = gpu.zeros::<f32>(s.world * own.len())?;
+        let share = own.len();
+        gpu.stream.memcpy_htod(
+            &own,
+            &mut all.slice_mut(s.rank * share..(s.rank + 1) * share),
+        )?;
+        comm.gather_shares::<f32>(dptr(&all, &gpu.stream), share, &gpu.stream)?;
+        Ok(split::join(&self.sizes, s.world, &gpu.download(&all)?))
+    }
+
     /// The mean loss of each step of the epoch: over every replica's rows, the same on each.
     fn step_losses(&self) -> Result<Vec<f32>> {
         let (gpu, losses) = (self.gpu, self.b.loss_steps);
-        let Some(comm) = self.comm else {
+        let Some(comm) = self.comm.filter(|_| self.split.is_none()) else {
             return gpu.download_buf(losses);
         };
         comm.sum_in_place::<f32>(losses.ptr, losses.len, &gpu.stream)?;
