@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel scaling, ours (`host mnist --gpus N`) against PyTorch DDP (torchrun), and the
+# Scaling over GPUs, ours (`host mnist --gpus N`) against PyTorch DDP (torchrun), and the
 # gradient sum alone (`host allreduce`), on a machine with several GPUs:
 #   bench/mnist_scaling.sh OUT_DIR [HOST_BINARY]
 # Writes OUT_DIR/mnist_scaling.csv (system,mode,gpus,hidden,batch,epoch,epoch_time_s,test_accuracy)

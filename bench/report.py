@@ -11,7 +11,7 @@ plots and tqdm the progress bar where they are there (`pip install -r bench/requ
 Runs the GEMM table, MNIST (loss curves and the modes at hidden 128, ours in fp16 and fp32
 accumulation, PyTorch's modes including the torch.compile max-autotune one, and JAX's scan;
 widths 128…8192; deeper models; the architecture matrix: older GPUs' paths emulated with --ptx
-and --max-smem-kb; init study; and data-parallel scaling against PyTorch DDP where there are
+and --max-smem-kb; init study; and scaling over GPUs against PyTorch DDP where there are
 several GPUs), the regression sweep, Iris, cold and warm start (bench/cold_start.sh), and the
 memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots (bench/plot.py) and
 OUT_DIR/RESULTS.md with the date, GPU and versions. Every "×" there is against the fastest
@@ -331,7 +331,7 @@ def step_arch_matrix():
 
 
 def step_scaling():
-    """Data-parallel scaling against PyTorch DDP, where the machine has several GPUs."""
+    """Scaling over GPUs against PyTorch DDP, where the machine has several GPUs."""
     import os
     gpus = int(sh([py, "-c", "import torch; print(torch.cuda.device_count())"], "scaling.log").strip())
     if gpus < 2:

@@ -264,11 +264,12 @@ if sc:
     for r in sc:
         if int(r["epoch"]) > 1:
             t[(r["system"], int(r["batch"]), int(r["hidden"]), int(r["gpus"]))].append(float(r["epoch_time_s"]))
-    md.append("## Data-parallel scaling (MNIST 784-H-10, `host mnist --gpus N` against PyTorch DDP)\n")
+    md.append("## Scaling over GPUs (MNIST 784-H-10, `host mnist --gpus N` against PyTorch DDP)\n")
     gpus = re.search(r"^\s*(\d+) (.+)$", (d / "scaling.log").read_text(), re.M) if (d / "scaling.log").exists() else None
     host = f" on a host of {gpus[1]} {gpus[2]} (`scaling.log` has their links)" if gpus else ""
     md.append(f"Milliseconds per epoch (median of epochs 2+) at the same global batch{host}; speed-up: the same system's "
-              "time on one GPU over its time on N. DDP is the only framework mode measured here.\n")
+              "time on one GPU over its time on N. Ours splits the hidden layer over the GPUs (tensor parallel, the host's choice for one "
+              "hidden layer), DDP the batch; DDP is the only framework mode measured here.\n")
     md.append("| global batch | hidden | GPUs | ours ms | ours speed-up | DDP ms | DDP speed-up | ours × DDP |\n"
               "| --- | --- | --- | --- | --- | --- | --- | --- |")
     for b, h, g in sorted({k[1:] for k in t}):

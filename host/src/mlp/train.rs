@@ -289,13 +289,19 @@ impl<'a> Trainer<'a> {
             return reduction.backward_and_step(model, comm, (b.xb.ptr, rows), step);
         }
         let fused = model.steps_in_backward().then_some(step);
-        // Of a split hidden layer, rank 0 alone holds and steps the logits' bias.
-        let bias_step = fused.filter(|_| self.split.is_none_or(|s| s.rank == 0));
+        // Of a split hidden layer, rank 0 alone holds and steps the logits' bias, the last
+        // parameters of the flat buffer.
+        let steps_bias = self.split.is_none_or(|s| s.rank == 0);
+        let stepped = match steps_bias {
+            true => model.n_params,
+            false => model.offsets.last().unwrap().1,
+        };
+        let bias_step = fused.filter(|_| steps_bias);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, bias_step)?;
         model.backward(b.xb.ptr, rows, fused)?;
         match fused {
             Some(_) => Ok(()),
-            None => model.update(step, 0..model.n_params),
+            None => model.update(step, 0..stepped),
         }
     }
 
