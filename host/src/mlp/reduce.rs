@@ -53,9 +53,9 @@ pub fn param_ranges(sizes: &[usize], units: &[Range<usize>]) -> Vec<Range<usize>
 }
 
 /// The pieces a replica's sum is split into: `--reduce-pieces`, else one. Each sum is a call of
-/// NCCL's with a fixed cost (about 10 µs on H100s joined by NVLink, symmetric memory or not)
-/// larger than the piece of the first layer's GEMM it could hide (a few µs at batch 512), so
-/// more pieces end later on every shape measured (`docs/parallel.md`).
+/// NCCL's with a fixed cost (8 to 19 µs on H100s joined by NVLink) larger than the piece of the
+/// first layer's GEMM it could hide, so more pieces end later on all but one of the shapes
+/// measured, and there by 2% (`docs/parallel.md`).
 pub fn pieces(o: &Options) -> usize {
     o.reduce_pieces.unwrap_or(1)
 }
