@@ -512,7 +512,7 @@ impl<'g> Mlp<'g> {
     }
 
     /// Queues on the GPU's stream the first layer's weight gradient for its output `units`
-    /// only (rows `units` of W1), into `g16`: a piece of [`Mlp::weight_gradient`]'s product by
+    /// only (rows `units` of W1), into `g16`: a piece of `Mlp::weight_gradient`'s product by
     /// the same plan, so each element is the same sum as in the whole.
     pub fn first_weight_gradient(&self, x: u64, rows: usize, units: Range<usize>) -> Result<()> {
         let (inputs, outputs) = (self.sizes[0], self.sizes[1]);

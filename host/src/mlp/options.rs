@@ -55,7 +55,7 @@ pub struct Options {
     /// Pieces each data-parallel replica sums its gradients in, each summed as soon as it is
     /// made ([`reduce`](super::reduce)); `None`: the host's choice for the shape.
     pub reduce_pieces: Option<usize>,
-    /// How several GPUs share a step ([`split`](super::split)); `None`: the host's choice.
+    /// How several GPUs share a step ([`split`]); `None`: the host's choice.
     pub parallel: Option<Parallel>,
 }
 

@@ -24,7 +24,7 @@ pub const MAX_PIECES: usize = 16;
 /// buffer of the model is.
 const PIECE_UNITS: usize = 64;
 
-/// The first layer's `outputs` units in at most `pieces` pieces of whole [`PIECE_UNITS`] (the
+/// The first layer's `outputs` units in at most `pieces` pieces of whole `PIECE_UNITS` (the
 /// last takes what is left): fewer where the layer is too narrow for that many.
 pub fn split_units(outputs: usize, pieces: usize) -> Vec<Range<usize>> {
     let per = outputs

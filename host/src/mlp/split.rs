@@ -74,7 +74,7 @@ impl Split {
         let local = self.local_sizes(sizes);
         let (lo, n) = param_layout(&local);
         let mut p = vec![0.0; n];
-        self.map(sizes, |whole, own| p[own] = full[whole]);
+        self.each_parameter(sizes, |whole, own| p[own] = full[whole]);
         if self.rank == 0 {
             let (fo, _) = param_layout(sizes);
             let classes = sizes[2];
@@ -85,7 +85,7 @@ impl Split {
 
     /// Calls `f(whole, own)` for every parameter of this rank's block but the logits' bias: its
     /// index in the whole model's flat layout and in this rank's.
-    fn map(&self, sizes: &[usize], mut f: impl FnMut(usize, usize)) {
+    fn each_parameter(&self, sizes: &[usize], mut f: impl FnMut(usize, usize)) {
         let (inputs, units, classes) = (sizes[0], sizes[1] / self.world, sizes[2]);
         let ((fo, _), (lo, _)) = (param_layout(sizes), param_layout(&self.local_sizes(sizes)));
         let first = self.first_unit(sizes);
@@ -109,7 +109,7 @@ pub fn join(sizes: &[usize], world: usize, locals: &[f32]) -> Vec<f32> {
     let n_local = locals.len() / world;
     for rank in 0..world {
         let own = &locals[rank * n_local..(rank + 1) * n_local];
-        Split { rank, world }.map(sizes, |whole, mine| full[whole] = own[mine]);
+        Split { rank, world }.each_parameter(sizes, |whole, mine| full[whole] = own[mine]);
     }
     let local = Split { rank: 0, world }.local_sizes(sizes);
     let bias = param_layout(&local).0[1].1;
