@@ -267,6 +267,8 @@ if sc:
     md.append("## Scaling over GPUs (MNIST 784-H-10, `host mnist --gpus N` against PyTorch DDP)\n")
     gpus = re.search(r"^\s*(\d+) (.+)$", (d / "scaling.log").read_text(), re.M) if (d / "scaling.log").exists() else None
     host = f" on a host of {gpus[1]} {gpus[2]} (`scaling.log` has their links)" if gpus else ""
+    apart = re.search(r"^pytorch rows.*$", (d / "scaling.log").read_text(), re.M) if gpus else None
+    host += f" ({apart[0]})" if apart else ""
     md.append(f"Milliseconds per epoch (median of epochs 2+) at the same global batch{host}; speed-up: the same system's "
               "time on one GPU over its time on N. Ours splits the hidden layer over the GPUs (tensor parallel, the host's choice for one "
               "hidden layer), DDP the batch; DDP is the only framework mode measured here.\n")

@@ -9,13 +9,14 @@
 //! all ranks are ready; the median over the replays, divided by the repetitions.
 use crate::cuda::{Gpu, GpuOptions, dptr};
 use crate::mlp::model::param_layout;
+use crate::mlp::parallel::{Meeting, first_error};
 use crate::mlp::reduce::{param_ranges, split_units};
 use crate::nccl::{Comm, UniqueId};
 use anyhow::{Context, Result, ensure};
+use cudarc::driver::CudaGraph;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use half::f16;
 use std::ops::Range;
-use std::sync::Barrier;
 
 /// Repetitions of a row's collectives in one graph.
 pub const CALLS: usize = 20;
@@ -61,31 +62,29 @@ pub fn run(s: &Sweep, gpu: &GpuOptions) -> Result<Vec<Row>> {
         s.gpus
     );
     let id = UniqueId::new()?;
-    let ready = Barrier::new(s.gpus);
-    let mut results: Vec<Result<Vec<Row>>> = std::thread::scope(|sc| {
+    let meet = Meeting::new(s.gpus);
+    let results: Vec<Result<Vec<Row>>> = std::thread::scope(|sc| {
         let ranks: Vec<_> = (0..s.gpus)
             .map(|rank| {
-                let (id, ready) = (&id, &ready);
-                sc.spawn(move || rank_rows(rank, gpu, id, ready, s))
+                let (id, meet) = (&id, &meet);
+                sc.spawn(move || rank_rows(rank, gpu, id, meet, s))
             })
             .collect();
         ranks.into_iter().map(|r| r.join().unwrap()).collect()
     });
-    if let Some(i) = results.iter().position(Result::is_err) {
-        return results.swap_remove(i);
-    }
-    results.swap_remove(0)
+    first_error(results)
 }
 
-/// Rank `rank`'s share of the sweep.
+/// Rank `rank`'s share of the sweep. The ranks meet where one may fail alone (opening its GPU,
+/// allocating), so that none is left waiting in a collective for one that stopped.
 fn rank_rows(
     rank: usize,
     options: &GpuOptions,
     id: &UniqueId,
-    ready: &Barrier,
+    meet: &Meeting,
     s: &Sweep,
 ) -> Result<Vec<Row>> {
-    let gpu = Gpu::with_options(rank, options)?;
+    let gpu = meet.all_ok(Gpu::with_options(rank, options))?;
     gpu.ctx.bind_to_thread()?;
     let comm = Comm::new(id, rank, s.gpus)?;
     let mut rows = Vec::new();
@@ -94,7 +93,7 @@ fn rank_rows(
         // Padded to equal shares of whole 64-element blocks, as a sharded update would pad it.
         let n = param_layout(&sizes).1.next_multiple_of(64 * s.gpus);
         let bytes = 2 * param_layout(&sizes).1;
-        let plain = gpu.zeros::<f16>(n)?;
+        let plain = meet.all_ok(gpu.zeros::<f16>(n))?;
         let symmetric = comm.symmetric_memory(2 * n)?;
         let mut memories = vec![("plain", dptr(&plain, &gpu.stream))];
         if let Some(m) = &symmetric {
@@ -102,7 +101,7 @@ fn rank_rows(
         }
         for (memory, ptr) in memories {
             let mut row = |collective, pieces, queue: &dyn Fn() -> Result<()>| -> Result<()> {
-                let us = time(&gpu, ready, s.reps, queue)?;
+                let us = time(&gpu, meet, s.reps, queue)?;
                 rows.push(Row {
                     memory,
                     collective,
@@ -139,22 +138,13 @@ fn sum(comm: &Comm, gpu: &Gpu, ptr: u64, ranges: &[Range<usize>]) -> Result<()> 
 
 /// Median microseconds of one `queue`, captured [`CALLS`] times in a graph and replayed `reps`
 /// times once every rank is ready, after a few replays unmeasured.
-fn time(gpu: &Gpu, ready: &Barrier, reps: usize, queue: &dyn Fn() -> Result<()>) -> Result<f64> {
-    // Once outside the graph first: NCCL sets up a collective's first use of a buffer with
-    // calls that a capture does not allow.
-    queue()?;
-    gpu.sync()?;
-    let s = &gpu.stream;
-    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let captured = (0..CALLS).try_for_each(|_| queue());
-    let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
-    captured?;
-    let graph = graph.context("stream capture produced no graph")?;
+fn time(gpu: &Gpu, meet: &Meeting, reps: usize, queue: &dyn Fn() -> Result<()>) -> Result<f64> {
+    let graph = meet.all_ok(capture(gpu, queue))?;
     let timer = gpu.timer()?;
     let mut us = Vec::with_capacity(reps);
     for i in 0..reps + 3 {
         gpu.sync()?;
-        ready.wait();
+        meet.all_ok(Ok(()))?;
         timer.start()?;
         graph.launch()?;
         let ms = timer.stop_ms()?;
@@ -164,6 +154,20 @@ fn time(gpu: &Gpu, ready: &Barrier, reps: usize, queue: &dyn Fn() -> Result<()>)
     }
     us.sort_by(f64::total_cmp);
     Ok(us[us.len() / 2])
+}
+
+/// A CUDA graph of [`CALLS`] `queue`s.
+fn capture(gpu: &Gpu, queue: &dyn Fn() -> Result<()>) -> Result<CudaGraph> {
+    // Once outside the graph first: NCCL sets up a collective's first use of a buffer with
+    // calls that a capture does not allow.
+    queue()?;
+    gpu.sync()?;
+    let s = &gpu.stream;
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = (0..CALLS).try_for_each(|_| queue());
+    let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
+    captured?;
+    graph.context("stream capture produced no graph")
 }
 
 /// Writes `rows` (of a sum over `gpus` GPUs) as CSV.

@@ -32,7 +32,7 @@ Examples:
   host mnist --data DIR --hidden 256 --batch 64 --lr 0.1
   host mnist --metrics m.csv --save w.safetensors
   host mnist --epochs 0 --load w.safetensors    evaluate saved weights
-  host mnist --gpus 2 --batch 256               data parallel over GPUs 0 and 1
+  host mnist --gpus 2 --batch 256               on GPUs 0 and 1 (see --parallel)
   host iris --epochs 300 --quiet";
 
 const INFO_EXAMPLES: &str = "\
@@ -269,16 +269,15 @@ pub struct TrainFlags {
     /// Force one GEMM configuration (see `host gemm`) instead of the per-shape choice.
     #[arg(long, value_name = "NAME", help_heading = ENGINE)]
     pub config: Option<String>,
-    /// Train data parallel on this many GPUs (from --device on), through NCCL.
+    /// Train on this many GPUs (from --device on), through NCCL.
     ///
-    /// Each takes an equal share of every batch.
+    /// --batch stays the step's examples over every GPU; --parallel says how they share it.
     #[arg(long, value_name = "N", help_heading = GPU)]
     pub gpus: Option<usize>,
     /// With several GPUs, sum the gradients in this many pieces, each as soon as it is made.
     ///
     /// The first layer's weight gradient is split along its units; the sums overlap the GEMMs
-    /// of later pieces and the updates of earlier ones. By default the host's choice for the
-    /// shape.
+    /// of later pieces and the updates of earlier ones. Data parallel only; by default one.
     #[arg(long, value_name = "N", help_heading = GPU)]
     pub reduce_pieces: Option<usize>,
     /// How the GPUs of --gpus share a step: data (each a share of the batch) or tensor (each a

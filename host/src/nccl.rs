@@ -1,5 +1,6 @@
 //! NCCL, loaded at run time from wherever the system or PyTorch installed `libnccl.so.2`: the
-//! few calls data-parallel training makes (a communicator per rank, sums in place).
+//! few calls training on several GPUs makes (a communicator per rank, sums in place, the
+//! gathers of a split model's checkpoint).
 //!
 //! The bindings are our own, a handful of entry points of NCCL's stable C ABI: cudarc's NCCL
 //! loader looks only for names such as `libnccl.so`, and PyTorch's NCCL wheel ships only

@@ -60,7 +60,7 @@ impl Choice {
             return Ok(Choice::Layered(None));
         }
         if replica {
-            let why = "it trains on one GPU, and this run is data parallel";
+            let why = "it trains on one GPU, and this run takes several";
             return Ok(Choice::Layered(Some(why.into())));
         }
         let (batch, steps, units) = (step.batch, step.steps, o.slice_units);

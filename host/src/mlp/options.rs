@@ -50,10 +50,10 @@ pub struct Options {
     pub quiet: bool,
     /// Print one line every this many epochs (and after the last).
     pub print_every: usize,
-    /// GPUs to train on, data parallel: each takes `batch / gpus` rows of every step.
+    /// GPUs to train on, sharing each step as [`parallel`](Options::parallel) says.
     pub gpus: usize,
     /// Pieces each data-parallel replica sums its gradients in, each summed as soon as it is
-    /// made ([`reduce`](super::reduce)); `None`: the host's choice for the shape.
+    /// made ([`reduce`](super::reduce)); `None`: one.
     pub reduce_pieces: Option<usize>,
     /// How several GPUs share a step ([`split`]); `None`: the host's choice.
     pub parallel: Option<Parallel>,
@@ -133,14 +133,20 @@ pub fn validate(o: &Options) -> Result<()> {
     ensure!(o.print_every > 0, "--print-every must be positive");
     ensure!(o.gpus > 0, "--gpus must be at least 1");
     split::validate(o)?;
+    let data_parallel = o.gpus > 1 && split::parallel(o) == Parallel::Data;
     if let Some(p) = o.reduce_pieces {
         ensure!(
             (1..=MAX_PIECES).contains(&p),
             "--reduce-pieces {p}: give 1 to {MAX_PIECES}"
         );
+        ensure!(
+            o.gpus == 1 || data_parallel,
+            "--reduce-pieces splits the gradients' sum of data parallel; this run is tensor parallel (--parallel data to sum gradients)"
+        );
     }
+    // Tensor-parallel ranks take the whole batch.
     ensure!(
-        o.batch.is_multiple_of(o.gpus),
+        !data_parallel || o.batch.is_multiple_of(o.gpus),
         "--batch {} does not split evenly over --gpus {}",
         o.batch,
         o.gpus
@@ -216,6 +222,25 @@ mod tests {
             })
             .contains("split evenly")
         );
+        // A split hidden layer takes the whole batch on every GPU, and sums no gradient.
+        let split = Options {
+            gpus: 2,
+            batch: 127,
+            ..options()
+        };
+        assert!(validate(&split).is_ok());
+        let e = err(Options {
+            reduce_pieces: Some(4),
+            ..split.clone()
+        });
+        assert!(e.contains("tensor parallel"), "{e}");
+        let data = Options {
+            reduce_pieces: Some(4),
+            parallel: Some(Parallel::Data),
+            batch: 128,
+            ..split
+        };
+        assert!(validate(&data).is_ok());
         assert!(
             err(Options {
                 gpus: 0,

@@ -180,7 +180,7 @@ impl std::fmt::Display for PeerFailed {
 impl std::error::Error for PeerFailed {}
 
 /// Rank 0's results, or the first error of a rank that failed by itself.
-fn first_error(results: Vec<Result<Vec<Epoch>>>) -> Result<Vec<Epoch>> {
+pub(crate) fn first_error<T>(results: Vec<Result<T>>) -> Result<T> {
     let own = |e: &anyhow::Error| e.downcast_ref::<PeerFailed>().is_none();
     if let Some(e) = results
         .iter()
@@ -193,13 +193,13 @@ fn first_error(results: Vec<Result<Vec<Epoch>>>) -> Result<Vec<Epoch>> {
 }
 
 /// A point every rank reaches, learning there whether all got there without an error.
-struct Meeting {
+pub(crate) struct Meeting {
     barrier: Barrier,
     failed: AtomicBool,
 }
 
 impl Meeting {
-    fn new(ranks: usize) -> Meeting {
+    pub(crate) fn new(ranks: usize) -> Meeting {
         Meeting {
             barrier: Barrier::new(ranks),
             failed: AtomicBool::new(false),
@@ -207,7 +207,7 @@ impl Meeting {
     }
 
     /// `r` once every rank has arrived, unless another rank arrived with an error.
-    fn all_ok<T>(&self, r: Result<T>) -> Result<T> {
+    pub(crate) fn all_ok<T>(&self, r: Result<T>) -> Result<T> {
         if r.is_err() {
             self.failed.store(true, Ordering::SeqCst);
         }

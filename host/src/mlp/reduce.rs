@@ -101,8 +101,11 @@ impl Reduction {
         step: SgdStep,
     ) -> Result<()> {
         let gpu = model.gpu();
+        let forked = std::cell::Cell::new(false);
         let queued = model
-            .backward_then(x, rows, None, || self.queue_sums(model, comm, (x, rows)))
+            .backward_then(x, rows, None, || {
+                self.queue_sums(model, comm, (x, rows), &forked)
+            })
             .and_then(|()| {
                 self.ranges
                     .iter()
@@ -112,13 +115,24 @@ impl Reduction {
                         model.update(step, r.clone())
                     })
             });
-        self.side.join(gpu)?;
-        queued
+        // Joined even when queueing failed, so that a capture ends joined; the queueing's
+        // error, if any, is the one reported.
+        let joined = match forked.get() {
+            true => self.side.join(gpu),
+            false => Ok(()),
+        };
+        queued.and(joined)
     }
 
     /// Queues each piece's GEMM on the GPU's stream and its sum on the sums' stream, once the
-    /// GEMM (for the last, every gradient) is made.
-    fn queue_sums(&self, model: &Mlp, comm: &Comm, (x, rows): (u64, usize)) -> Result<()> {
+    /// GEMM (for the last, every gradient) is made, setting `forked` once that stream has work.
+    fn queue_sums(
+        &self,
+        model: &Mlp,
+        comm: &Comm,
+        (x, rows): (u64, usize),
+        forked: &std::cell::Cell<bool>,
+    ) -> Result<()> {
         let gpu = model.gpu();
         let last = self.pieces() - 1;
         for (i, (units, r)) in self.units.iter().zip(&self.ranges).enumerate() {
@@ -127,6 +141,7 @@ impl Reduction {
                 model.join_beside()?;
             }
             self.side.fork(gpu)?;
+            forked.set(true);
             comm.sum_in_place::<f16>(model.g16.at(r.start), r.len(), &self.side.stream)?;
             self.reduced[i].record(&self.side.stream)?;
         }

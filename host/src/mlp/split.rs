@@ -132,7 +132,7 @@ mod tests {
                 .flat_map(|rank| Split { rank, world }.local_params(&sizes, &full))
                 .collect();
             let joined = join(&sizes, world, &locals);
-            // Padding between the layout's aligned blocks stays zero.
+            // The parameters, not the padding between the layout's aligned blocks.
             let (fo, _) = param_layout(&sizes);
             let used = |i: usize| {
                 sizes.windows(2).zip(&fo).any(|(io, &(w, b))| {
