@@ -9,7 +9,7 @@
 //! all ranks are ready; the median over the replays, divided by the repetitions.
 use crate::cuda::{Gpu, GpuOptions, dptr};
 use crate::mlp::model::param_layout;
-use crate::mlp::parallel::{Meeting, first_error};
+use crate::mlp::parallel::{Meeting, first_error, on_each_rank};
 use crate::mlp::reduce::{param_ranges, split_units};
 use crate::nccl::{Comm, UniqueId};
 use anyhow::{Context, Result, ensure};
@@ -62,17 +62,9 @@ pub fn run(s: &Sweep, gpu: &GpuOptions) -> Result<Vec<Row>> {
         s.gpus
     );
     let id = UniqueId::new()?;
-    let meet = Meeting::new(s.gpus);
-    let results: Vec<Result<Vec<Row>>> = std::thread::scope(|sc| {
-        let ranks: Vec<_> = (0..s.gpus)
-            .map(|rank| {
-                let (id, meet) = (&id, &meet);
-                sc.spawn(move || rank_rows(rank, gpu, id, meet, s))
-            })
-            .collect();
-        ranks.into_iter().map(|r| r.join().unwrap()).collect()
-    });
-    first_error(results)
+    first_error(on_each_rank(s.gpus, |rank, meet| {
+        rank_rows(rank, gpu, &id, meet, s)
+    }))
 }
 
 /// Rank `rank`'s share of the sweep. The ranks meet where one may fail alone (opening its GPU,
@@ -91,8 +83,8 @@ fn rank_rows(
     for &hidden in &s.hidden {
         let sizes = [784, hidden, 10];
         // Padded to equal shares of whole 64-element blocks, as a sharded update would pad it.
-        let n = param_layout(&sizes).1.next_multiple_of(64 * s.gpus);
-        let bytes = 2 * param_layout(&sizes).1;
+        let n_params = param_layout(&sizes).1;
+        let (n, bytes) = (n_params.next_multiple_of(64 * s.gpus), 2 * n_params);
         let plain = meet.all_ok(gpu.zeros::<f16>(n))?;
         let symmetric = comm.symmetric_memory(2 * n)?;
         let mut memories = vec![("plain", dptr(&plain, &gpu.stream))];
@@ -118,10 +110,12 @@ fn rank_rows(
                     sum(&comm, &gpu, ptr, &ranges)
                 })?;
             }
+            // In place: each rank's share lies at its place in the whole.
             let share = n / s.gpus;
+            let own = ptr + (2 * rank * share) as u64;
             row("reduce-scatter+all-gather", 1, &|| {
-                comm.sum_own_share::<f16>(ptr, share, &gpu.stream)?;
-                comm.gather_shares::<f16>(ptr, share, &gpu.stream)
+                comm.reduce_scatter::<f16>((ptr, own), share, &gpu.stream)?;
+                comm.all_gather::<f16>((own, ptr), share, &gpu.stream)
             })?;
         }
         gpu.sync()?;

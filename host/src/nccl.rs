@@ -293,44 +293,34 @@ impl Comm {
         check(a, status, "ncclAllReduce")
     }
 
-    /// Queues on `stream` the sum over all ranks of the `world · share` elements at `ptr`, of
-    /// which this rank keeps its share, in place: elements `rank · share ..` `+ share`.
-    pub fn sum_own_share<T: Element>(
+    /// Queues on `stream` the sum over all ranks of the `world · count` elements at `send`, of
+    /// which rank `r` receives elements `r · count ..` `+ count` at `recv`.
+    pub fn reduce_scatter<T: Element>(
         &self,
-        ptr: u64,
-        share: usize,
+        (send, recv): (u64, u64),
+        count: usize,
         stream: &CudaStream,
     ) -> Result<()> {
         let a = api()?;
-        let own = (ptr + (self.rank * share * size_of::<T>()) as u64) as *mut c_void;
+        let (send, recv) = (send as *const c_void, recv as *mut c_void);
         let s = stream.cu_stream() as *mut c_void;
-        let status = unsafe {
-            (a.reduce_scatter)(
-                ptr as *const c_void,
-                own,
-                share,
-                T::NCCL_TYPE,
-                SUM,
-                self.raw,
-                s,
-            )
-        };
+        let status =
+            unsafe { (a.reduce_scatter)(send, recv, count, T::NCCL_TYPE, SUM, self.raw, s) };
         check(a, status, "ncclReduceScatter")
     }
 
-    /// Queues on `stream` every rank's share of the `world · share` elements at `ptr` (its own
-    /// at `rank · share`) to every rank, in place.
-    pub fn gather_shares<T: Element>(
+    /// Queues on `stream` the `count` elements at `send` of every rank to every rank's `recv`,
+    /// rank `r`'s at elements `r · count ..` `+ count`.
+    pub fn all_gather<T: Element>(
         &self,
-        ptr: u64,
-        share: usize,
+        (send, recv): (u64, u64),
+        count: usize,
         stream: &CudaStream,
     ) -> Result<()> {
         let a = api()?;
-        let own = (ptr + (self.rank * share * size_of::<T>()) as u64) as *const c_void;
+        let (send, recv) = (send as *const c_void, recv as *mut c_void);
         let s = stream.cu_stream() as *mut c_void;
-        let status =
-            unsafe { (a.all_gather)(own, ptr as *mut c_void, share, T::NCCL_TYPE, self.raw, s) };
+        let status = unsafe { (a.all_gather)(send, recv, count, T::NCCL_TYPE, self.raw, s) };
         check(a, status, "ncclAllGather")
     }
 }

@@ -42,18 +42,27 @@ pub fn train_data_parallel(
         println!("{}", sharing(o, ds, "GPUs")?);
     }
     let id = UniqueId::new()?;
+    first_error(on_each_rank(world, |rank, meet| {
+        replica(rank, (first + rank, gpu), &id, meet, o, ds)
+    }))
+}
+
+/// `run(rank, meeting)` on a thread of its own for each of `world` ranks, which meet at the
+/// one meeting; every rank's result, in rank order.
+pub(crate) fn on_each_rank<T: Send>(
+    world: usize,
+    run: impl Fn(usize, &Meeting) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
     let meet = Meeting::new(world);
-    let results: Vec<Result<Vec<Epoch>>> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let ranks: Vec<_> = (0..world)
             .map(|rank| {
-                let (meet, id) = (&meet, &id);
-                let device = (first + rank, gpu);
-                s.spawn(move || replica(rank, device, id, meet, o, ds))
+                let (run, meet) = (&run, &meet);
+                s.spawn(move || run(rank, meet))
             })
             .collect();
         ranks.into_iter().map(|r| r.join().unwrap()).collect()
-    });
-    first_error(results)
+    })
 }
 
 /// Rank `rank`'s whole run on GPU `device` (ordinal, options). Ranks meet after each step that
@@ -225,22 +234,13 @@ mod tests {
 
     #[test]
     fn a_rank_that_fails_stops_every_rank_and_its_error_is_reported() {
-        let meet = Meeting::new(3);
-        let results: Vec<Result<Vec<Epoch>>> = std::thread::scope(|s| {
-            let ranks: Vec<_> = (0..3)
-                .map(|rank| {
-                    let meet = &meet;
-                    s.spawn(move || {
-                        let r = if rank == 2 {
-                            Err(anyhow!("GPU 2 is out of memory"))
-                        } else {
-                            Ok(vec![])
-                        };
-                        meet.all_ok(r)
-                    })
-                })
-                .collect();
-            ranks.into_iter().map(|r| r.join().unwrap()).collect()
+        let results: Vec<Result<Vec<Epoch>>> = on_each_rank(3, |rank, meet| {
+            let r = if rank == 2 {
+                Err(anyhow!("GPU 2 is out of memory"))
+            } else {
+                Ok(vec![])
+            };
+            meet.all_ok(r)
         });
         assert!(results.iter().all(|r| r.is_err()));
         let e = first_error(results).err().unwrap().to_string();

@@ -466,18 +466,13 @@ impl<'a> Trainer<'a> {
     /// The whole model's fp32 parameters: this GPU's, or of a split hidden layer every rank's
     /// blocks, gathered (every rank takes part).
     fn full_params(&self) -> Result<Vec<f32>> {
-        let own = self.model.params()?;
         let (Some(s), Some(comm)) = (self.split, self.comm) else {
-            return Ok(own);
+            return self.model.params();
         };
-        let gpu = self.gpu;
-        let mut all = gpu.zeros::<f32>(s.world * own.len())?;
-        let share = own.len();
-        gpu.stream.memcpy_htod(
-            &own,
-            &mut all.slice_mut(s.rank * share..(s.rank + 1) * share),
-        )?;
-        comm.gather_shares::<f32>(dptr(&all, &gpu.stream), share, &gpu.stream)?;
+        let (gpu, own) = (self.gpu, self.model.w32);
+        let all = gpu.zeros::<f32>(s.world * own.len)?;
+        let send_recv = (own.ptr, dptr(&all, &gpu.stream));
+        comm.all_gather::<f32>(send_recv, own.len, &gpu.stream)?;
         Ok(split::join(&self.sizes, s.world, &gpu.download(&all)?))
     }
 
