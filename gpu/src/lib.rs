@@ -25,7 +25,6 @@ pub mod gemm;
 pub mod layout;
 pub mod params;
 pub mod persistent;
-pub mod phased;
 pub mod philox;
 pub mod shuffle;
 pub mod target;
@@ -48,22 +47,6 @@ mod mlp;
 mod regression;
 #[cfg(target_arch = "nvptx64")]
 mod smoke;
-
-/// String equality in a `const fn` (the tables' rows are looked up by name at compile time).
-pub(crate) const fn const_str_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

@@ -51,12 +51,6 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// one f32 of dynamic shared memory per warp.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
-    softmax_ce_block(&p);
-}
-
-/// [`softmax_ce`] by the calling block, whatever its size: every thread of the block calls it
-/// (it meets block barriers), with one f32 of dynamic shared memory per warp.
-pub(crate) fn softmax_ce_block(p: &SoftmaxCe) {
     let (logits, labels) = (p.logits as *const u16, p.labels as *const u8);
     let (dlogits, loss, correct) = (
         p.dlogits as *mut u16,
@@ -69,7 +63,7 @@ pub(crate) fn softmax_ce_block(p: &SoftmaxCe) {
     let mut r = thread_x();
     while r < rows {
         let z = unsafe { logits.add((r * ld) as usize) };
-        let label = unsafe { *labels.add((r * p.label_stride) as usize) } as u32;
+        let label = unsafe { *labels.add(r as usize) } as u32;
         let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
         for c in 0..classes {
             let v = h2f(unsafe { *z.add(c as usize) });
@@ -149,41 +143,20 @@ fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16, sgd: 
 /// shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn bias_grad(p: BiasGrad) {
-    bias_grad_columns(&p, block_x(), BIAS_GRAD_WARPS);
-}
-
-/// Rows of the bias gradient each warp loads at once.
-const BIAS_GRAD_ROWS_IN_FLIGHT: usize = 8;
-
-/// [`bias_grad`]'s columns `group·BIAS_GRAD_COLS..` by the calling block of `warps` warps
-/// (every thread calls it), with `warps × BIAS_GRAD_COLS` f32 of dynamic shared memory.
-pub(crate) fn bias_grad_columns(p: &BiasGrad, group: u32, warps: u32) {
     let (dy, db) = (p.dy as *const u16, p.db as *mut u16);
     let (rows, cols, ld) = (p.rows, p.cols, p.ld);
-    let first = group * BIAS_GRAD_COLS;
+    let first = block_x() * BIAS_GRAD_COLS;
     let c = first + 2 * lane();
     let mut sums = [0.0f32; 2];
     let mut i = warp_id();
-    // A warp's next rows are loaded together, then added in row order: one memory latency for
-    // every `BIAS_GRAD_ROWS_IN_FLIGHT` of them, the same sums as one at a time.
     while i < rows {
-        let mut v = [[0.0f32; 2]; BIAS_GRAD_ROWS_IN_FLIGHT];
-        for (u, pair) in v.iter_mut().enumerate() {
-            let r = i + u as u32 * warps;
-            for (k, x) in pair.iter_mut().enumerate() {
-                let col = c + k as u32;
-                if r < rows && col < cols {
-                    *x = h2f(unsafe { *dy.add((r * ld + col) as usize) });
-                }
+        for (k, sum) in sums.iter_mut().enumerate() {
+            let col = c + k as u32;
+            if col < cols {
+                *sum += h2f(unsafe { *dy.add((i * ld + col) as usize) });
             }
         }
-        for (u, pair) in v.iter().enumerate() {
-            if i + (u as u32) * warps < rows {
-                sums[0] += pair[0];
-                sums[1] += pair[1];
-            }
-        }
-        i += BIAS_GRAD_ROWS_IN_FLIGHT as u32 * warps;
+        i += BIAS_GRAD_WARPS;
     }
     let partial = dynamic_shared::<f32>();
     let row = warp_id() * BIAS_GRAD_COLS;
@@ -194,7 +167,7 @@ pub(crate) fn bias_grad_columns(p: &BiasGrad, group: u32, warps: u32) {
     let t = thread_x();
     if t < BIAS_GRAD_COLS && first + t < cols {
         let mut s = 0.0f32;
-        for w in 0..warps {
+        for w in 0..BIAS_GRAD_WARPS {
             s += unsafe { *partial.add((w * BIAS_GRAD_COLS + t) as usize) };
         }
         let c = (first + t) as usize;

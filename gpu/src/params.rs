@@ -30,12 +30,9 @@ pub struct GatherBatch {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SoftmaxCe {
-    /// The logits, fp16, row `r` from element `r·ld`; the labels, a `u8` per row, row `r`'s at
-    /// byte `r·label_stride` (1 for a dense array; a shuffled row's stride, whose label is a
-    /// little-endian `u32` after its features).
+    /// The logits, fp16, row `r` from element `r·ld`; the labels, a `u8` per row.
     pub logits: u64,
     pub labels: u64,
-    pub label_stride: u32,
     pub rows: u32,
     pub classes: u32,
     pub ld: u32,

@@ -259,13 +259,6 @@ pub struct TrainFlags {
     /// layer and batches up to 128, from Turing (sm_75) on.
     #[arg(long, help_heading = ENGINE)]
     pub layered: bool,
-    /// Train with the phased kernel, even where the persistent kernel applies.
-    ///
-    /// The layered step's operations, a whole epoch of steps in one launch, with a grid
-    /// barrier wherever one operation reads what another writes. By default it trains what
-    /// the persistent kernel does not (two hidden layers or more, larger batches).
-    #[arg(long, help_heading = ENGINE, conflicts_with = "layered")]
-    pub phased: bool,
     /// Hidden units a block of the persistent kernel takes: 8, 16 or 32.
     ///
     /// 16 and 32 on Hopper with fp16 accumulators; past 2,112 units 32 for the whole batch,
@@ -371,7 +364,6 @@ pub fn train_options(a: &TrainFlags, d: Options) -> Result<Options> {
         accum,
         graph: !a.no_graph,
         layered: a.layered,
-        phased: a.phased,
         slice_units: a.slice_units,
         config: a
             .config

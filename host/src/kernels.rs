@@ -32,9 +32,6 @@ kernels! {
     /// The shuffle of the persistent kernel's epochs (its variants' names come from
     /// `gpu::persistent::VARIANTS`).
     PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
-    /// The phased kernel, per accumulator.
-    PHASED_F16 = "mlp_phased_f16", sm 75;
-    PHASED_F32 = "mlp_phased_f32", sm 75;
     /// The roof of the GEMM ladder, per instruction K and accumulator.
     ROOF_K8_F16 = "mma_roof_k8_f16", sm 75;
     ROOF_K8_F32 = "mma_roof_k8_f32", sm 75;
@@ -158,8 +155,6 @@ mod tests {
             block::<RegressionUpdate>(REGRESSION_UPDATE),
             block::<RegressionReduceUpdate>(REGRESSION_REDUCE_UPDATE),
             block::<PersistentShuffle>(PERSISTENT_SHUFFLE),
-            block::<gpu::phased::Params>(PHASED_F16),
-            block::<gpu::phased::Params>(PHASED_F32),
         ];
         for p in EMBEDDED {
             for (name, block) in blocks.iter().filter(|(n, _)| in_ptx_of(n, p.sm)) {

@@ -423,9 +423,8 @@ fn persistent_steps_against_cpu(
                 let st = &g.stream;
                 // Shuffled on a stream of its own into the second buffer, as the training loop
                 // does for each next epoch.
-                let mark = p.rows().mark_shuffle_ahead(g).unwrap();
-                p.rows()
-                    .shuffle(g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, Some(mark))
+                let mark = p.mark_shuffle_ahead(g).unwrap();
+                p.shuffle(g, (dptr(&dx, st), dptr(&dy, st), n), seed, 1, Some(mark))
                     .unwrap();
                 // Two launches (steps 0..1, then 1..4): state must carry over between them.
                 for (step0, count) in [(0, 1), (1, steps - 1)] {
@@ -453,8 +452,7 @@ fn persistent_steps_against_cpu(
                 // A set smaller than the epoch, or steps past it, are refused, never launched.
                 let ptrs = (dptr(&dx, st), dptr(&dy, st));
                 assert!(
-                    p.rows()
-                        .shuffle(g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, None)
+                    p.shuffle(g, (ptrs.0, ptrs.1, steps * batch - 1), seed, 0, None)
                         .is_err()
                 );
                 let sums = (dptr(&loss, st), dptr(&correct, st));

@@ -52,15 +52,6 @@ pub fn fence_proxy_async_global() {
 /// sees the count.
 #[inline(always)]
 pub fn grid_barrier(counter: *mut u32, target: u32, sync: fn()) {
-    grid_barrier_polling_every(counter, target, sync, 0);
-}
-
-/// [`grid_barrier`] whose polls are `ns` nanoseconds apart at least (`nanosleep` between
-/// them; 0 polls back to back). Where most blocks wait while a few work, back-to-back polls
-/// of one address by every waiting block load the memory system that the working blocks'
-/// loads cross.
-#[inline(always)]
-pub fn grid_barrier_polling_every(counter: *mut u32, target: u32, sync: fn(), ns: u32) {
     sync();
     if thread_x() < 32 {
         if thread_x() == 0 {
@@ -73,9 +64,6 @@ pub fn grid_barrier_polling_every(counter: *mut u32, target: u32, sync: fn(), ns
                          v = out(reg32) v, c = in(reg64) counter, options(nostack));
                     if v >= target {
                         break;
-                    }
-                    if ns > 0 {
-                        asm!("nanosleep.u32 {ns};", ns = in(reg32) ns, options(nostack));
                     }
                 }
             }

@@ -28,7 +28,7 @@ mod simt;
 #[cfg(target_arch = "nvptx64")]
 pub use simt::epilogue;
 #[cfg(target_arch = "nvptx64")]
-pub(crate) mod tensor;
+mod tensor;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup;
 
@@ -258,10 +258,8 @@ macro_rules! tile_configs {
             (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, cp_async),
             (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, cp_async),
             (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, cp_async),
-            // Small tiles, as on Turing; six stages for long K (the phased kernel's forward
-            // of the input layer), listed before the three so that ties pick those.
+            // Small tiles, as on Turing.
             (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, cp_async),
-            (tc80_32x32x64_16x16_s6, 32, 32, 64, 16, 16, 16, 8, 16, 6, 1, cp_async),
             (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, cp_async),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
             // 64 wide: a batch of 128 rows over N/64 blocks, one an SM for N up to 8192.
@@ -308,18 +306,6 @@ macro_rules! mainloop {
     };
 }
 tile_configs!(config_table);
-
-/// A row of [`TILE_CONFIGS`] by name.
-pub const fn tile_config(name: &str) -> &'static TileConfig {
-    let mut i = 0;
-    while i < TILE_CONFIGS.len() {
-        if crate::const_str_eq(TILE_CONFIGS[i].name, name) {
-            return &TILE_CONFIGS[i];
-        }
-        i += 1;
-    }
-    panic!("no such tile configuration")
-}
 
 /// Kernel name of a SIMT version (or of the direct rung, `"direct"`) for a layout.
 #[cfg(not(target_arch = "nvptx64"))]

@@ -190,12 +190,9 @@ pub const fn logits_row(classes: usize) -> usize {
     classes.next_multiple_of(2)
 }
 
-/// Bytes per row of the batch ([`Smem::stride`]) for inputs of width `dim`: the features'
-/// 16-byte pieces, one more for the label, rounded up to an odd count (conflict-free
-/// `ldmatrix` rows). At the persistent kernel's widths (multiples of 16) the features are an
-/// even count of pieces: the label's piece makes it odd.
+/// Bytes per row of the batch ([`Smem::stride`]) for inputs of width `dim`.
 pub const fn row_stride(dim: usize) -> usize {
-    (((dim * 2).div_ceil(16) + 1) | 1) * 16
+    ((dim * 2).div_ceil(16) | 1) * 16
 }
 
 /// Byte offset of a row's label (u32) in its row of `batches` and of the shared batch buffers:

@@ -9,8 +9,8 @@ use crate::shuffle::permute;
 /// `permute(i, n, seed)`, its features, its label as a u32 at [`label_offset`](super::label_offset) and zeros to
 /// [`row_stride`]. Each block's rows of a step are then one run of memory, which one bulk
 /// copy fetches, labels included. A warp per row (grid-stride, so any grid covers them), 16
-/// bytes a lane and access; `dim` is a multiple of 8 (whole 16-byte pieces; the persistent
-/// kernel's, of 16, make the stride the features and one piece for the label).
+/// bytes a lane and access; `dim` is a multiple of 16, as the training kernel needs (then
+/// the stride is the features and one 16-byte piece for the label).
 #[unsafe(export_name = "mlp1_persistent_shuffle")]
 unsafe extern "ptx-kernel" fn shuffle(p: PersistentShuffle) {
     let (x, y, out) = (p.x as *const u16, p.y as *const u8, p.out as *mut u8);

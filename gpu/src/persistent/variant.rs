@@ -287,12 +287,27 @@ persistent_variants!(variant_table);
 pub const fn variant(name: &str) -> &'static Variant {
     let mut i = 0;
     while i < VARIANTS.len() {
-        if crate::const_str_eq(VARIANTS[i].name, name) {
+        if const_str_eq(VARIANTS[i].name, name) {
             return &VARIANTS[i];
         }
         i += 1;
     }
     panic!("no such variant")
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// A row of [`VARIANTS`] as a type, for the kernel's generic code: the step reads the row's

@@ -100,7 +100,7 @@ pub fn launch_on(
             cfg.shared_mem_bytes as i32,
         )?;
     }
-    let params = gemm_args(p, ptrs, sgd);
+    let params = args(p, ptrs, sgd);
     if let Version::Tensor(c, _) = v
         && c.is_wgmma()
     {
@@ -110,7 +110,7 @@ pub fn launch_on(
 }
 
 /// The kernel's parameters (device addresses as the pointers the kernel reads).
-pub fn gemm_args(p: &Problem, ptrs: Ptrs, sgd: gpu::gemm::Sgd) -> gpu::gemm::Args {
+fn args(p: &Problem, ptrs: Ptrs, sgd: gpu::gemm::Sgd) -> gpu::gemm::Args {
     gpu::gemm::Args {
         m: p.m as u32,
         n: p.n as u32,

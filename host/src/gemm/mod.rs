@@ -8,8 +8,7 @@ mod version;
 
 pub use choose::{Usage, choose_config, choose_split, choose_version};
 pub use launch::{
-    Ptrs, gemm_args, launch, launch_on, launch_roof, refuses, roof_kernels, split_slices,
-    workspace_len,
+    Ptrs, launch, launch_on, launch_roof, refuses, roof_kernels, split_slices, workspace_len,
 };
 pub use problem::{Problem, SgdStep};
 pub use version::Version;

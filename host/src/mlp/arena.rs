@@ -5,7 +5,6 @@ use super::engine::{Choice, Engine, Layered};
 use super::model::Mlp;
 use super::options::Options;
 use super::persistent::Persistent;
-use super::phased::Phased;
 use super::shape::{EvalShape, StepShape};
 use crate::cuda::{Arena, Buf, Gpu, PushKernelArg, grid_1d};
 use crate::kernels;
@@ -183,11 +182,6 @@ fn carve<'g>(
             o.accum,
             *feed,
         )?)),
-        Choice::Phased(why) => {
-            let shape = ((sizes[0], sizes.len() - 1), (step.batch, step.steps));
-            let p = Phased::new(gpu, arena, shape.0, shape.1, o.accum)?;
-            Engine::Phased(Box::new(p), why.clone())
-        }
         Choice::Layered(why) => Engine::Layered(Layered {
             why_not_persistent: why.clone(),
             graph: None,

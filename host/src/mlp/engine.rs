@@ -1,22 +1,17 @@
 //! How a run trains each epoch, and why: the persistent kernel (one launch an epoch) wherever it
-//! supports the run on one GPU, else the phased kernel (the layered step's operations, one
-//! launch an epoch), else the layered step (a kernel per operation, replayed from a CUDA graph
-//! of several steps).
+//! supports the run on one GPU, else the layered step (a kernel per operation, replayed from a
+//! CUDA graph of several steps).
 use super::options::Options;
 use super::persistent::{self, Feed, Persistent, Support};
-use super::phased::{self, Phased};
 use super::shape::StepShape;
 use crate::cuda::Gpu;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use cudarc::driver::CudaGraph;
 
 /// How a run trains each epoch.
 pub(super) enum Engine {
     /// One launch of the persistent kernel runs the whole epoch.
     Persistent(Box<Persistent>),
-    /// One launch of the phased kernel runs the whole epoch; with why the persistent kernel
-    /// does not, where the run did not ask for this.
-    Phased(Box<Phased>, Option<String>),
     /// One kernel per operation of each step.
     Layered(Layered),
 }
@@ -48,15 +43,12 @@ pub(super) fn graph_steps(steps: usize) -> usize {
 pub(super) enum Choice {
     Persistent(Feed),
     /// With why the persistent kernel does not apply, where the run did not ask for this.
-    Phased(Option<String>),
-    /// With why the persistent kernel does not apply, where the run did not ask for this.
     Layered(Option<String>),
 }
 
 impl Choice {
-    /// The persistent kernel trains whatever it supports on one GPU, the phased kernel the
-    /// rest, unless the run asks for one of them or for the layered engine (or for what only it
-    /// has: a forced GEMM configuration, eager launches).
+    /// The persistent kernel trains whatever it supports on one GPU, unless the run asks for the
+    /// layered engine (or for what only it has: a forced GEMM configuration, eager launches).
     pub fn new(
         gpu: &Gpu,
         o: &Options,
@@ -72,20 +64,10 @@ impl Choice {
             return Ok(Choice::Layered(Some(why.into())));
         }
         let (batch, steps, units) = (step.batch, step.steps, o.slice_units);
-        let phased_why_not = phased::why_not(gpu, sizes, batch, steps)?;
-        if o.phased {
-            return match phased_why_not {
-                None => Ok(Choice::Phased(None)),
-                Some(why) => bail!("--phased: the phased kernel does not apply: {why}"),
-            };
-        }
         Ok(
             match persistent::support_sliced(gpu, sizes, batch, steps, o.accum, units)? {
                 Support::Yes(feed) => Choice::Persistent(feed),
-                Support::No(why) => match phased_why_not {
-                    None => Choice::Phased(Some(why)),
-                    Some(phased) => Choice::Layered(Some(format!("{why}; phased: {phased}"))),
-                },
+                Support::No(why) => Choice::Layered(Some(why)),
             },
         )
     }
@@ -101,17 +83,6 @@ impl Engine {
                 p.blocks(),
                 p.feed().describe()
             ),
-            Engine::Phased(p, why) => {
-                let why = why
-                    .as_ref()
-                    .map(|w| format!("; the persistent kernel does not apply: {w}"))
-                    .unwrap_or_default();
-                format!(
-                    "phased kernel ({} blocks, {} phases a step{why})",
-                    p.blocks(),
-                    p.phases()
-                )
-            }
             Engine::Layered(Layered {
                 why_not_persistent: Some(why),
                 ..

@@ -318,20 +318,6 @@ impl<'g> Mlp<'g> {
     fn p16(&self, off: usize) -> u64 {
         self.w16.at(off)
     }
-    /// Layer `l`'s weights' and bias's fp16 copies.
-    pub fn weights16(&self, l: usize) -> u64 {
-        self.p16(self.offsets[l].0)
-    }
-    pub fn bias16(&self, l: usize) -> u64 {
-        self.p16(self.offsets[l].1)
-    }
-    /// Layer `l`'s outputs and their gradient, `rows` × [`stride`] of its width.
-    pub fn output(&self, l: usize) -> u64 {
-        self.acts[l].ptr
-    }
-    pub fn output_grad(&self, l: usize) -> u64 {
-        self.grads[l].ptr
-    }
     fn g16(&self, off: usize) -> u64 {
         self.g16.at(off)
     }
@@ -407,7 +393,7 @@ impl<'g> Mlp<'g> {
 
     /// Where the gradient of the parameters at `off` goes: to `g16`, or with `step` into their
     /// SGD step, which writes their fp16 copy.
-    pub fn gradient_of(&self, off: usize, step: Option<SgdStep>) -> (u64, Sgd) {
+    fn gradient_of(&self, off: usize, step: Option<SgdStep>) -> (u64, Sgd) {
         match step {
             None => (self.g16(off), Sgd::NONE),
             Some(SgdStep { lr, momentum }) => (
@@ -609,7 +595,6 @@ impl<'g> Mlp<'g> {
         let p = SoftmaxCe {
             logits: self.logits(),
             labels,
-            label_stride: 1,
             rows: rows as u32,
             classes,
             ld: stride(classes as usize) as u32,

@@ -33,9 +33,6 @@ pub struct Options {
     /// Train with the layered engine (a kernel per operation) even where the persistent kernel
     /// applies.
     pub layered: bool,
-    /// Train with the phased kernel (the layered step's operations, a whole epoch in one
-    /// launch) even where the persistent kernel applies.
-    pub phased: bool,
     /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: as
     /// `persistent::support` chooses.
     pub slice_units: Option<usize>,
@@ -76,7 +73,6 @@ impl Options {
             accum: Accum::F16,
             graph: true,
             layered: false,
-            phased: false,
             slice_units: None,
             config: None,
             metrics: None,

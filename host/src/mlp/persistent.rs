@@ -1,26 +1,33 @@
 //! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of a
 //! one-hidden-layer MLP, with a grid barrier and a barrier of each slice's blocks per step
 //! instead of a dozen kernels.
-use super::epoch_rows::EpochRows;
 use super::model::{Mlp, param_layout};
-use crate::cuda::{Arena, Buf, Gpu, arg, attribute, cluster_attribute};
+use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute};
+use crate::kernels;
 use anyhow::{Result, ensure};
-use cudarc::driver::sys::{self, CUfunction_attribute, CUlaunchAttributeID};
-use cudarc::driver::{CudaFunction, LaunchConfig};
+use cudarc::driver::sys::{self, CUevent_flags, CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
+use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS,
     Variant, logits_slot, row_stride, variant,
 };
 use gpu::target::Target;
+use std::sync::Arc;
 
 pub struct Persistent {
     f: CudaFunction,
     feed: Feed,
+    shuffle: CudaFunction,
     blocks: u32,
     /// Blocks per cluster (the Hopper build; 0 elsewhere: no clusters).
     cluster: u32,
+    batch: u32,
+    /// Input width; rows of an epoch (steps × batch).
+    dim: u32,
+    epoch_rows: u32,
     smem: Smem,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
@@ -30,8 +37,28 @@ pub struct Persistent {
     /// Arrival counts of the grid barrier, then of each slice's barrier (the grid's alone where
     /// slices are clusters); zeroed before each launch.
     counters: Buf<u32>,
-    /// Two epochs' rows in shuffled order: one trains while the next epoch's are written.
-    rows: EpochRows,
+    /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
+    /// next epoch's are written.
+    batches: [Buf<u8>; 2],
+    /// The stream that shuffles ahead (of the lowest priority; the GPU's stream has the
+    /// highest, so where both have blocks waiting its launches take SMs first); an event per
+    /// buffer recorded after a shuffle into it, and one recorded on the GPU's stream where a
+    /// shuffle ahead may start.
+    side: Arc<CudaStream>,
+    shuffled: [CudaEvent; 2],
+    queued: CudaEvent,
+}
+
+/// Where on the GPU's stream a shuffle ahead may start ([`Persistent::mark_shuffle_ahead`]).
+#[must_use = "a shuffle ahead takes the mark"]
+pub struct AheadMark(());
+
+impl Drop for Persistent {
+    /// A shuffle ahead may still run (an epoch that failed returns early): it writes buffers
+    /// of the arena, which outlives `self`, so it must end first.
+    fn drop(&mut self) {
+        let _ = self.side.synchronize();
+    }
 }
 
 /// Whether the persistent kernel can train a run, with how it feeds the batch, and if not, why.
@@ -374,21 +401,105 @@ impl Persistent {
         } else {
             (blocks * EXCHANGE, 1 + slices)
         };
+        let epoch_rows = steps * batch;
+        let event = || {
+            gpu.ctx
+                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+        };
         Ok(Persistent {
             f,
             feed,
+            shuffle: gpu.function(kernels::PERSISTENT_SHUFFLE)?,
             blocks: blocks as u32,
             cluster,
+            batch: batch as u32,
+            dim: sizes[0] as u32,
+            epoch_rows: epoch_rows as u32,
             smem,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
             exchange: arena.alloc(exchange)?,
             counters: arena.alloc(counters)?,
-            rows: EpochRows::new(gpu, arena, (batch, steps), sizes[0])?,
+            batches: [
+                arena.alloc(epoch_rows * smem.stride)?,
+                arena.alloc(epoch_rows * smem.stride)?,
+            ],
+            side: gpu.ctx.new_stream()?,
+            shuffled: [event()?, event()?],
+            queued: event()?,
         })
     }
 
+    /// Marks where on the GPU's stream a shuffle ahead may start writing: after the work
+    /// queued so far, the last launch that reads its buffer and the uploads of the set among
+    /// it. Called before the training launch that the shuffle is to run beside is queued.
+    pub fn mark_shuffle_ahead(&self, gpu: &Gpu) -> Result<AheadMark> {
+        self.queued.record(&gpu.stream)?;
+        Ok(AheadMark(()))
+    }
+
+    /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
+    /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
+    /// label, so that a block's rows of a step are one run of memory (the kernel
+    /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or given an `ahead` mark on a
+    /// stream of its own, after the point the mark was taken at. A shuffle ahead is queued
+    /// after the training launch it runs beside: queued before it on an idle GPU, its blocks
+    /// take SMs first, and a launch that needs nearly every SM waits for the whole shuffle. It
+    /// is held to a quarter of the SMs because it shares the memory system with that launch:
+    /// spread over every SM the launch leaves idle it slows the epoch, while a grid too small
+    /// outlasts the epoch (`docs/persistent.md` has the measurements).
+    /// [`Persistent::run`] waits for the shuffle of its buffer either way. Refuses a set of
+    /// fewer examples than an epoch's rows: the permutation is of the whole set.
+    pub fn shuffle(
+        &self,
+        gpu: &Gpu,
+        (x, y, n): (u64, u64, usize),
+        seed: u32,
+        buf: usize,
+        ahead: Option<AheadMark>,
+    ) -> Result<()> {
+        ensure!(
+            n >= self.epoch_rows as usize,
+            "an epoch takes {} rows, the training set has {n}",
+            self.epoch_rows
+        );
+        let (rows, threads) = (self.epoch_rows, THREADS as u32);
+        let sms = gpu.sm_count();
+        let ahead = ahead.is_some();
+        let (stream, blocks) = if ahead {
+            self.side.wait(&self.queued)?;
+            (&self.side, sms.div_ceil(4))
+        } else {
+            // After any shuffle ahead into the same buffer.
+            gpu.stream.wait(&self.shuffled[buf])?;
+            (&gpu.stream, 4 * sms)
+        };
+        let p = ParamBlock(PersistentShuffle {
+            x,
+            y,
+            out: self.batches[buf].ptr,
+            n: n as u32,
+            dim: self.dim,
+            seed,
+            count: rows,
+        });
+        let mut l = stream.launch_builder(&self.shuffle);
+        l.arg(&p);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks.min(rows.div_ceil(threads / 32)).max(1), 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the kernel's one parameter is a `PersistentShuffle`; the buffers live as long
+        // as `self` and the caller's training set, which outlive the queued work.
+        unsafe { l.launch(cfg) }?;
+        if ahead {
+            self.shuffled[buf].record(stream)?;
+        }
+        Ok(())
+    }
+
     /// Runs steps `step0..step0 + steps` of the epoch shuffled into buffer `buf`
-    /// ([`EpochRows::shuffle`]), writing each step's mean loss and correct count to
+    /// ([`Persistent::shuffle`]), writing each step's mean loss and correct count to
     /// `loss[step]`/`correct[step]`. Queued on the stream; nothing is copied to the host.
     /// Refuses steps past the epoch's rows.
     #[allow(clippy::too_many_arguments)]
@@ -402,7 +513,13 @@ impl Persistent {
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
-        let batches = self.rows.ready(gpu, buf, (step0, steps))?;
+        let epoch_steps = (self.epoch_rows / self.batch) as usize;
+        ensure!(
+            step0 + steps <= epoch_steps,
+            "steps {step0}..{} are past the epoch's {epoch_steps}",
+            step0 + steps
+        );
+        gpu.stream.wait(&self.shuffled[buf])?;
         gpu.zero(self.counters)?;
         gpu.zero(self.logits)?;
         // The parts of the batch add their loss and correct count into each step's slot.
@@ -412,7 +529,7 @@ impl Persistent {
         let (offs, _) = param_layout(&model.sizes);
         let size = |i: usize| model.sizes[i] as u32;
         let args = Params {
-            batches,
+            batches: self.batches[buf].ptr,
             w32: model.w32.ptr,
             w16: model.w16.ptr,
             vel: model.vel.ptr,
@@ -424,7 +541,7 @@ impl Persistent {
             dim: size(0),
             hidden: size(1),
             classes: size(2),
-            batch: self.rows.batch() as u32,
+            batch: self.batch,
             o_w1: offs[0].0 as u32,
             o_b1: offs[0].1 as u32,
             o_w2: offs[1].0 as u32,
@@ -458,11 +575,6 @@ impl Persistent {
 
     pub fn feed(&self) -> Feed {
         self.feed
-    }
-
-    /// The epoch's rows it trains on.
-    pub fn rows(&self) -> &EpochRows {
-        &self.rows
     }
 }
 

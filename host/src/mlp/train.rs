@@ -4,13 +4,11 @@ use super::arena::{Buffers, Footprint, carve_run, ensure_parameters_fit};
 use super::checkpoint;
 use super::data::Dataset;
 use super::engine::{Choice, Engine, graph_steps};
-use super::epoch_rows::EpochRows;
 use super::layer;
 use super::metrics::{Metrics, progress_bar};
 use super::model::{self, Mlp};
 use super::options::{Options, validate};
 use super::persistent::Persistent;
-use super::phased::Phased;
 use super::reduce::{Reduction, pieces};
 use super::shape::{EvalShape, StepShape};
 use super::split::{self, Parallel, Split, parallel};
@@ -392,7 +390,6 @@ impl<'a> Trainer<'a> {
         let t0 = Instant::now();
         match &self.engine {
             Engine::Persistent(p) => self.persistent_epoch(p, epoch)?,
-            Engine::Phased(p, _) => self.phased_epoch(p, epoch)?,
             Engine::Layered(l) => self.layered_epoch(l.graph.as_ref(), epoch, bar)?,
         }
         gpu.sync()?;
@@ -433,64 +430,35 @@ impl<'a> Trainer<'a> {
         })
     }
 
-    /// The whole epoch in one launch of the persistent kernel.
+    /// The whole epoch in one launch (a few milliseconds: no progress to show inside), over
+    /// rows shuffled before it: the first epoch's here, each next one's while the epoch before
+    /// it trains, beside the launch (queued after it, to start after the previous epoch, which
+    /// read its buffer).
     fn persistent_epoch(&self, p: &Persistent, epoch: usize) -> Result<()> {
-        let (o, b) = (self.o, &self.b);
-        let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
-        let steps = (0, self.shape.steps);
-        self.one_launch_epoch(p.rows(), epoch, |buf| {
-            let model = &self.model;
-            p.run(self.gpu, model, buf, sums, steps, o.lr, o.momentum)
-        })
-    }
-
-    /// The whole epoch in one launch of the phased kernel.
-    fn phased_epoch(&self, p: &Phased, epoch: usize) -> Result<()> {
-        let (o, b) = (self.o, &self.b);
-        let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
-        let step = SgdStep {
-            lr: o.lr,
-            momentum: o.momentum,
-        };
-        self.one_launch_epoch(p.rows(), epoch, |buf| {
-            p.run(
-                self.gpu,
-                &self.model,
-                buf,
-                sums,
-                (0, self.shape.steps),
-                step,
-            )
-        })?;
-        self.gpu.sync()?;
-        p.print_trace(self.gpu, self.shape.steps)
-    }
-
-    /// An epoch launched by `launch` on the rows of buffer `buf` of `rows` (a few milliseconds:
-    /// no progress to show inside), shuffled before it: the first epoch's here, each next one's
-    /// while the epoch before it trains, beside the launch (queued after it, to start after the
-    /// previous epoch, which read its buffer).
-    fn one_launch_epoch(
-        &self,
-        rows: &EpochRows,
-        epoch: usize,
-        launch: impl FnOnce(usize) -> Result<()>,
-    ) -> Result<()> {
         let (gpu, o, b) = (self.gpu, self.o, &self.b);
         let train_set = (b.x_train.ptr, b.y_train.ptr, self.ds.train.count);
         let buf = epoch % 2;
         if epoch == 1 {
-            rows.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, None)?;
+            p.shuffle(gpu, train_set, epoch_seed(o.seed, epoch), buf, None)?;
         }
         let ahead = if epoch < o.epochs {
-            Some(rows.mark_shuffle_ahead(gpu)?)
+            Some(p.mark_shuffle_ahead(gpu)?)
         } else {
             None
         };
-        launch(buf)?;
+        let sums = (b.loss_steps.ptr, b.correct_steps.ptr);
+        p.run(
+            gpu,
+            &self.model,
+            buf,
+            sums,
+            (0, self.shape.steps),
+            o.lr,
+            o.momentum,
+        )?;
         if let Some(mark) = ahead {
             let seed = epoch_seed(o.seed, epoch + 1);
-            rows.shuffle(gpu, train_set, seed, 1 - buf, Some(mark))?;
+            p.shuffle(gpu, train_set, seed, 1 - buf, Some(mark))?;
         }
         Ok(())
     }

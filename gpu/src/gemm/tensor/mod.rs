@@ -21,15 +21,11 @@ use epilogue::{store_tile, stores_inline, tile_row_gates};
 use mainloop::{Fragments, mainloop_async, mainloop_staged, mma_step};
 use tile::{Operands, Staged};
 
-/// The tensor-core GEMM's block tile `(x, y, z)`: columns `x·BN..`, rows `y·BM..`, K slice `z`
-/// (a kernel's block indices, or a tile the phased kernel's block takes). `MI`×`NI`
-/// instruction tiles per warp (warp tile `16·MI × 8·NI`), `IK` the instruction K, `ASYNC`
-/// selects `cp.async` (sm_80+) over register staging, `CA`/`CB` are the 16-byte chunks of the
-/// A/B tile each thread copies per K slice. `(ta, tb)`: whether A and B are stored transposed
-/// (the layout); constants in the ladder's kernels, one per layout, a value in the phased
-/// kernel, whose one copy of the code serves every layout.
+/// The tensor-core GEMM. `MI`×`NI` instruction tiles per warp (warp tile `16·MI × 8·NI`), `IK`
+/// the instruction K, `ASYNC` selects `cp.async` (sm_80+) over register staging, `CA`/`CB` are
+/// the 16-byte chunks of the A/B tile each thread copies per K slice.
 #[inline(always)]
-pub(crate) fn gemm<
+pub fn gemm<
     A: Acc,
     const BM: usize,
     const BN: usize,
@@ -41,21 +37,21 @@ pub(crate) fn gemm<
     const ASYNC: bool,
     const CA: usize,
     const CB: usize,
+    const TA: bool,
+    const TB: bool,
 >(
     p: Args,
     ws: *mut f32,
     k_slice: u32,
-    (x, y, z): (u32, u32, u32),
-    (ta, tb): (bool, bool),
 ) {
     let (wm, wn) = (16 * MI, 8 * NI);
     let warps_n = BN / wn;
     let threads = (BM / wm) * warps_n * 32;
-    let (bm0, bn0) = (y * BM as u32, x * BN as u32);
+    let (bm0, bn0) = (block_y() * BM as u32, block_x() * BN as u32);
     let w = warp_id() as usize;
     let (wm0, wn0) = ((w / warps_n) * wm, (w % warps_n) * wn);
 
-    let (ka, kb) = (!ta, tb);
+    let (ka, kb) = (!TA, TB);
     let operands = Operands::new::<BM, BN, BK>(&p, (ka, kb), (bm0, bn0), threads);
     let smem = shared_addr(dynamic_shared::<u8>());
     let stage_bytes = ((BM + BN) * BK * 2) as u32;
@@ -69,7 +65,7 @@ pub(crate) fn gemm<
     let mut acc = [[A::ZERO; NI]; MI];
     // Split-K: block z of the grid covers K from z·k_slice (a multiple of BK) and, when `ws` is
     // given, leaves raw fp32 partial sums there for `splitk_reduce`.
-    let k_begin = z * k_slice;
+    let k_begin = block_z() * k_slice;
     let ktiles = (p.k.min(k_begin + k_slice) - k_begin).div_ceil(BK as u32) as usize;
 
     let frags = Fragments::<MI, NI>::new::<BK>((ka, kb), (rla, rlb), (wm0, wn0));
@@ -144,8 +140,8 @@ macro_rules! export_tensor {
             unsafe extern "ptx-kernel" fn kernel(p: Args, ws: *mut f32, k_slice: u32) {
                 const THREADS: usize = 32 * ($bm / $wm) * ($bn / $wn);
                 gemm::<$acc, $bm, $bn, $bk, { $wm / 16 }, { $wn / 8 }, $ik, $st, $async,
-                       { $bm * $bk / 8 / THREADS }, { $bn * $bk / 8 / THREADS }>(
-                    p, ws, k_slice, (block_x(), block_y(), block_z()), ($ta, $tb),
+                       { $bm * $bk / 8 / THREADS }, { $bn * $bk / 8 / THREADS }, $ta, $tb>(
+                    p, ws, k_slice,
                 );
             }
         };
