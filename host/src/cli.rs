@@ -256,7 +256,7 @@ pub struct TrainFlags {
     ///
     /// The layered step: GEMMs, loss and bias gradients (on one GPU the gradients' kernels take
     /// the SGD step), replayed as a CUDA graph. The persistent kernel applies to one hidden
-    /// layer and batches up to 128, from Turing (sm_75) on.
+    /// layer and batches up to 128 (256 on Hopper), from Turing (sm_75) on.
     #[arg(long, help_heading = ENGINE)]
     pub layered: bool,
     /// Hidden units a block of the persistent kernel takes: 8, 16 or 32.

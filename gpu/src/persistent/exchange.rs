@@ -56,8 +56,8 @@ pub fn splits_w1(b: &Block) -> bool {
 /// makes the init a uniform (warp-wide) instruction, which racecheck reports against thread
 /// 0's arrive on the same mbarrier. Each step's shares are then counted there.
 #[inline(always)]
-pub fn open<const T: usize>(b: &Block) {
-    if in_cluster(T) {
+pub fn open<const P: usize>(b: &Block) {
+    if in_cluster(P) {
         if b.tid == 0 {
             mbar_init(b.mbar(2), 1);
             mbar_init(b.mbar(3), 1);
@@ -92,11 +92,10 @@ fn expect_shares(b: &Block) {
     mbar_expect(b.mbar(2), share_bytes(b));
 }
 
-/// Whether the blocks of a slice, `T` 16-row tiles of the batch each, exchange their shares
-/// within a cluster: on Hopper, the two of a pair. More parts exchange through global memory
-/// there too.
-const fn in_cluster(tiles: usize) -> bool {
-    HOPPER && parts(tiles) == PAIR
+/// Whether the `parts` blocks of a slice exchange their shares within a cluster: on Hopper,
+/// the two of a pair. More parts exchange through global memory there too.
+const fn in_cluster(parts: usize) -> bool {
+    HOPPER && parts == PAIR
 }
 
 /// Where this block's shares go.
@@ -112,16 +111,16 @@ pub struct Outbox {
 
 impl Outbox {
     #[inline(always)]
-    pub fn new<const T: usize>(b: &Block) -> Outbox {
+    pub fn new<const P: usize>(b: &Block) -> Outbox {
         let exchange = b.args.exchange as *mut u32;
         Outbox {
-            cluster: in_cluster(T),
-            partner_bar: if in_cluster(T) {
+            cluster: in_cluster(P),
+            partner_bar: if in_cluster(P) {
                 peer_addr(b.mbar(2), b.peer)
             } else {
                 0
             },
-            partner_w1_bar: if in_cluster(T) && splits_w1(b) {
+            partner_w1_bar: if in_cluster(P) && splits_w1(b) {
                 peer_addr(b.mbar(3), b.peer)
             } else {
                 0
@@ -209,15 +208,15 @@ pub struct Sums<const N: usize, const O: usize> {
 /// partner's bytes have arrived (announcing the next step's at once), elsewhere at the slice's
 /// counter barrier.
 #[inline(always)]
-fn wait_for_shares<const T: usize>(b: &Block, s: &Step) {
-    if in_cluster(T) {
+fn wait_for_shares<const P: usize>(b: &Block, s: &Step) {
+    if in_cluster(P) {
         mbar_wait::<true>(b.mbar(2), s.k % 2);
         if b.tid == 0 && s.has_next(b.args.steps) {
             expect_shares(b);
         }
     } else {
         let count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
-        grid_barrier(count, parts(T) as u32 * (s.k + 1), sync_threads);
+        grid_barrier(count, P as u32 * (s.k + 1), sync_threads);
     }
 }
 
@@ -249,22 +248,22 @@ fn dw1_sums<A: Acc, const O: usize>(
 /// counter barrier holds those block barriers. `freed` runs as soon as a block barrier shows
 /// every warp past dW1: the batch buffer is free.
 #[inline(always)]
-pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
+pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize>(
     b: &Block,
     s: &Step,
     (dw1, db1): (&[[A; O]; TILES_PER_WARP], f32),
     mut freed: impl FnMut(),
 ) -> Sums<N, O> {
-    let parts = parts(T);
+    let parts = P;
     let exchange = b.args.exchange as *mut u32;
     let first = b.slice as usize * parts;
     let area = |q: usize| opaque_ptr(exchange.wrapping_add((first + q) * EXCHANGE)) as *const u32;
-    wait_for_shares::<T>(b, s);
+    wait_for_shares::<P>(b, s);
     // Word `i` of part `q`'s shares, where this block's is `own`: the others' in the exchange
     // area or, within a cluster, the partner's in this block's shared memory at `shared`. No
     // load is under a branch, so that the loads of a sum are all in flight before it waits.
     let word = |q: usize, i: usize, own: u32, shared: u32| {
-        if in_cluster(T) {
+        if in_cluster(P) {
             let theirs = ld_shared_u32(shared);
             if q == b.part { own } else { theirs }
         } else {
@@ -289,7 +288,7 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
         (w2, bias)
     };
     let mut small = [([0u32; N], [0u32; 2]); MAX_PARTS];
-    if !in_cluster(T) {
+    if !in_cluster(P) {
         for q in 0..parts {
             small[q] = small_of(q);
         }
@@ -313,7 +312,7 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
     // copies delay the words' loads if issued first); sm_75's loads into registers after
     // them, since beside every part's words they take more registers than a thread has.
     let copies_early = cfg!(target_feature = "sm_80");
-    if !in_cluster(T) && copies_early {
+    if !in_cluster(P) && copies_early {
         freed();
     }
     let mut sums = Sums {
@@ -322,10 +321,10 @@ pub fn receive<A: Acc, const T: usize, const N: usize, const O: usize>(
         db2: 0.0,
         db1: 0.0,
     };
-    if !in_cluster(T) && !copies_early {
+    if !in_cluster(P) && !copies_early {
         freed();
     }
-    if in_cluster(T) {
+    if in_cluster(P) {
         sync_threads();
         freed();
         for q in 0..PAIR {

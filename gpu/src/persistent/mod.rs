@@ -76,7 +76,7 @@ pub const WARPS: usize = THREADS / 32;
 pub const TILE_WARPS: usize = 4;
 /// Limits of the kernel: four 16-row tiles per half batch (each warp of the forward takes all
 /// four), seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16
-/// step.
+/// step. Hopper's `quartered` variant takes twice the batch, in four parts.
 pub const MAX_BATCH: usize = 128;
 pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;
@@ -103,11 +103,6 @@ const _: () = assert!(
     "the warps' tiles cover MAX_DIM"
 );
 
-/// Blocks per slice of hidden units, each holding one part of the batch of `tiles` 16-row
-/// tiles at most: two, or four where one buffer of half the batch does not fit a block.
-pub const fn parts(tiles: usize) -> usize {
-    MAX_BATCH / 16 / tiles
-}
 /// 16-row tiles of a block's part of the batch at most, with the batch in `parts` parts.
 pub const fn tiles(parts: usize) -> usize {
     MAX_BATCH / 16 / parts
@@ -270,16 +265,24 @@ mod kernel {
     use crate::target::BUILT;
 
     /// The training loop of one block of variant `F` (a row of [`VARIANTS`]): `args.steps`
-    /// steps, each the phases in order. A block holds `T` 16-row tiles of the batch at most and
-    /// a slice of `N` n-tiles, of which it updates `O`: the row's [`Variant::tiles`], `n` and
-    /// [`Variant::owned`], passed as parameters because they size the register arrays.
+    /// steps, each the phases in order. A block is one of the `P` parts of a slice, holds `T`
+    /// 16-row tiles of the batch at most and a slice of `N` n-tiles, of which it updates `O`:
+    /// the row's `parts`, [`Variant::tiles`], `n` and [`Variant::owned`], passed as parameters
+    /// because they size the register arrays and bound their loops.
     #[inline(always)]
-    pub(super) unsafe fn train<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
+    pub(super) unsafe fn train<
+        A: Acc,
+        F: Row,
+        const P: usize,
+        const T: usize,
+        const N: usize,
+        const O: usize,
+    >(
         args: Params,
     ) {
         const {
             let v = F::V;
-            assert!(T == v.tiles() && N == v.n && O == v.owned());
+            assert!(P == v.parts && T == v.tiles() && N == v.n && O == v.owned());
             assert!(v.parts >= PAIR && v.parts <= MAX_PARTS && v.exists_in(BUILT));
             assert!(
                 !v.ring() || v.parts == PAIR,
@@ -312,7 +315,7 @@ mod kernel {
         let mut w1 = W1::<O, F>::load(&block);
         weights::load_small(&block);
         block.clear_unfilled_rows();
-        exchange::open::<T>(&block);
+        exchange::open::<P>(&block);
         let mut ring = Ring::start(&block, ring_fed);
         let mut copies = if ring_fed {
             Copies::idle()
@@ -331,13 +334,13 @@ mod kernel {
             logits::exchange(&b, &s);
             let part = softmax::cross_entropy::<F>(&b, &s);
             backward::hidden_grad(&b, &h);
-            let out = Outbox::new::<T>(&b);
+            let out = Outbox::new::<P>(&b);
             let db1 = backward::bias_share::<T, N>(&b, &out);
             backward::output_grads::<T, N>(&b, &out);
             let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
             let dw1 = backward::dw1_shares::<A, F, T, N, O>(&b, &s, &mut ring, send);
             softmax::loss_sums(&b, part);
-            let sums = exchange::receive::<A, T, N, O>(&b, &s, (&dw1, db1), || {
+            let sums = exchange::receive::<A, P, N, O>(&b, &s, (&dw1, db1), || {
                 if !ring_fed {
                     fetch::after_dw1(&b, &s, &mut copies);
                 }
@@ -366,7 +369,7 @@ mod kernel {
     /// `mlp1_persistent_{name}_{f16|f32}`: [`train`], or for W1's state in global memory the
     /// offchip kernel's loop.
     macro_rules! export {
-        ($(($name:ident, $batch:ident, $parts:tt, $n:tt, $w1:ident, $logits:ident,
+        ($(($name:ident, $batch:ident, $parts:tt, $most:tt, $n:tt, $w1:ident, $logits:ident,
             [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt),)*) => {$(
             export!(@archs ($which $sm) $name, $w1, $($acc)*);
         )*};
@@ -402,7 +405,7 @@ mod kernel {
             #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe {
-                    train::<accumulator!($acc), Kernel, { Kernel::V.tiles() }, { Kernel::V.n }, { Kernel::V.owned() }>(args)
+                    train::<accumulator!($acc), Kernel, { Kernel::V.parts }, { Kernel::V.tiles() }, { Kernel::V.n }, { Kernel::V.owned() }>(args)
                 }
             }
         };

@@ -63,6 +63,9 @@ pub struct Variant {
     /// Blocks per slice of hidden units, each with its part of the batch: 2 (a pair, on Hopper
     /// a cluster), 4 (the quarters, through global memory) or 1 (the whole batch).
     pub parts: usize,
+    /// The largest batch it takes: [`MAX_BATCH`], or twice that in four parts of the rows a
+    /// pair's block holds.
+    pub most_batch: usize,
     /// n-tiles of [`UNITS`] hidden units in a block's slice.
     pub n: usize,
     pub w1: W1State,
@@ -99,7 +102,11 @@ impl Variant {
     }
     /// 16-row tiles of a block's part of the batch, at most.
     pub const fn tiles(&self) -> usize {
-        tiles(self.parts)
+        self.most_batch / 16 / self.parts
+    }
+    /// Whether it takes a batch of `batch` rows.
+    pub const fn takes_batch(&self, batch: usize) -> bool {
+        batch <= self.most_batch
     }
     /// n-tiles whose W1 state a block keeps and updates ([`owned`]).
     pub const fn owned(&self) -> usize {
@@ -172,7 +179,8 @@ impl Variant {
     pub fn describe(&self, stages: usize) -> String {
         let units = self.units();
         match (self.batch, self.w1) {
-            (Batch::Double, _) => String::new(),
+            (Batch::Double, _) if self.parts == PAIR => String::new(),
+            (Batch::Double, _) => format!(", the batch in {} parts", self.parts),
             (Batch::Ring, W1State::Global) => format!(
                 ", {units} hidden units a block, the whole batch streamed in {CHUNK}-input \
                  chunks through {stages} stages, W1's state in global memory"
@@ -195,7 +203,7 @@ impl Variant {
 }
 
 /// The one table to edit to add a variant, in the order the host prefers them. Each row: name,
-/// batch ([`Batch`]), parts, n-tiles, W1 ([`W1State`]), logits ([`Logits`]), accumulators,
+/// batch ([`Batch`]), parts, the largest batch, n-tiles, W1 ([`W1State`]), logits ([`Logits`]), accumulators,
 /// the PTX that exports it (`from` an architecture on, or `only` one), the fewest slices it
 /// is taken for, ring stages (fewest, most; `-` without a ring). `persistent::kernel`
 /// exports every row's kernels under the row's `cfg`.
@@ -205,24 +213,27 @@ macro_rules! persistent_variants {
         $then! {
             // Hopper, many slices of 8 units (from 24): two buffers, the partial logits added
             // by bulk reductions.
-            (bulk, Double, 2, 1, Registers, Bulk, [f16], from 90, 24, -),
+            (bulk, Double, 2, 128, 1, Registers, Bulk, [f16], from 90, 24, -),
             // Two buffers of half the batch each (at MNIST's size only Hopper's 227 KiB), the
             // next batch fetched by the copy engine.
-            (whole, Double, 2, 1, Registers, Red, [f16 f32], from 90, 1, -),
+            (whole, Double, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -),
+            // Hopper, batches of 129 to 256: two buffers of a quarter of the batch each, the
+            // shares of the four parts summed through global memory.
+            (quartered, Double, 4, 256, 1, Registers, Red, [f16 f32], from 90, 1, -),
             // One buffer of half the batch (an A100's 163 KiB), or of a quarter (99 KiB).
-            (single, Single, 2, 1, Registers, Red, [f16 f32], from 80, 1, -),
-            (quarters, Single, 4, 1, Registers, Red, [f16 f32], from 80, 1, -),
+            (single, Single, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, -),
+            (quarters, Single, 4, 128, 1, Registers, Red, [f16 f32], from 80, 1, -),
             // Turing: a quarter with W1's fp16 copy in registers fits 64 KiB; fp32
             // accumulators there need more registers than a thread has.
-            (quarters_regs, Single, 4, 1, RegistersWithCopy, Red, [f16], only 75, 1, -),
+            (quarters_regs, Single, 4, 128, 1, RegistersWithCopy, Red, [f16], only 75, 1, -),
             // Hopper, hidden layers too wide for slices of 8: slices of 16 and 32 units.
-            (wide2, Single, 2, 2, Registers, Bulk, [f16], from 90, 1, -),
-            (wide4, Single, 2, 4, Registers, Bulk, [f16], from 90, 1, -),
+            (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -),
+            (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -),
             // Hopper, past what the registers hold of W1's state.
-            (offchip, Ring, 1, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES)),
+            (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES)),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
-            (streamed, Ring, 2, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES)),
-            (streamed_regs, Ring, 2, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES)),
+            (streamed, Ring, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES)),
+            (streamed_regs, Ring, 2, 128, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES)),
         }
     };
 }
@@ -255,14 +266,15 @@ macro_rules! variant_stages {
 }
 
 macro_rules! variant_table {
-    ($(($name:ident, $batch:ident, $parts:literal, $n:literal, $w1:ident, $logits:ident,
-        [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt),)*) => {
+    ($(($name:ident, $batch:ident, $parts:literal, $most:literal, $n:literal, $w1:ident,
+        $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt),)*) => {
         /// Every variant, from [`persistent_variants!`](crate::persistent_variants), in the
         /// host's order of preference.
         pub const VARIANTS: &[Variant] = &[$(Variant {
             name: stringify!($name),
             batch: Batch::$batch,
             parts: $parts,
+            most_batch: $most,
             n: $n,
             w1: W1State::$w1,
             logits: Logits::$logits,
@@ -282,6 +294,19 @@ macro_rules! accum {
     };
 }
 persistent_variants!(variant_table);
+
+/// The largest batch of any variant (PTX built for a given target may have less: see
+/// [`Variant::exists_in`]).
+pub const MOST_BATCH: usize = {
+    let (mut i, mut most) = (0, 0);
+    while i < VARIANTS.len() {
+        if VARIANTS[i].most_batch > most {
+            most = VARIANTS[i].most_batch;
+        }
+        i += 1;
+    }
+    most
+};
 
 /// A row of [`VARIANTS`] by name.
 pub const fn variant(name: &str) -> &'static Variant {
@@ -332,6 +357,14 @@ mod tests {
                 "{name}"
             );
             assert!([1, PAIR, MAX_PARTS].contains(&v.parts), "{name}");
+            // A block holds at most the four 16-row tiles of its tile warps (the offchip
+            // kernel's eight warps the whole batch of 128); past 128 rows only Hopper's two
+            // buffers of four parts.
+            assert!(v.tiles() <= tiles(PAIR) || v.offchip(), "{name}");
+            assert_eq!(v.parts * v.tiles() * 16, v.most_batch, "{name}");
+            if v.most_batch > MAX_BATCH {
+                assert!(v.batch == Batch::Double && v.parts == MAX_PARTS, "{name}");
+            }
             assert!([1, 2, 4].contains(&v.n), "{name}");
             assert!(
                 v.has(Accum::F16),
@@ -382,7 +415,7 @@ mod tests {
                     .filter(|v| v.exists_in(target) && f(v))
                     .count()
             };
-            assert_eq!(has(|v| v.parts == MAX_PARTS), 1, "{target}");
+            assert_eq!(has(|v| v.parts == MAX_PARTS && v.single()), 1, "{target}");
             assert_eq!(has(|v| v.ring() && !v.offchip()), 1, "{target}");
             assert_eq!(
                 has(|v| v.offchip()),
@@ -409,6 +442,11 @@ mod tests {
         let bytes = |name: &str, stages| variant(name).smem(b, d, stages).bytes;
         assert_eq!(bytes("whole", 0), Smem::whole(b, d, 2, PAIR, false).bytes);
         assert_eq!(bytes("bulk", 0), bytes("whole", 0));
+        // A quarter of 256 rows is a half of 128: the same layout.
+        assert_eq!(
+            variant("quartered").smem(256, d, 0).bytes,
+            bytes("whole", 0)
+        );
         assert_eq!(bytes("single", 0), Smem::whole(b, d, 1, PAIR, false).bytes);
         assert_eq!(
             bytes("quarters", 0),

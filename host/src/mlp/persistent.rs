@@ -11,8 +11,8 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS,
-    Variant, logits_slot, row_stride, variant,
+    EXCHANGE, LOGIT_SLOTS, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS, Variant,
+    logits_slot, row_stride, variant,
 };
 use gpu::target::Target;
 use std::sync::Arc;
@@ -115,11 +115,12 @@ impl Feed {
 
     /// Whether PTX built for `target` runs this feed with fp16 accumulators for a batch of
     /// `batch` × `dim` in `room` bytes of shared memory a block: it exports the variant, the
-    /// variant takes the stages, and the layout fits.
+    /// variant takes the batch and the stages, and the layout fits.
     pub fn runs_with(self, target: Target, room: usize, batch: usize, dim: usize) -> bool {
         let v = self.variant;
         v.exists_in(target)
             && v.has(Accum::F16)
+            && v.takes_batch(batch)
             && v.takes_stages(self.stages)
             && self.smem(batch, dim).bytes <= room
     }
@@ -211,8 +212,11 @@ pub fn support_sliced(
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
     } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
         format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
-    } else if batch > MAX_BATCH {
-        format!("the batch {batch} is above {MAX_BATCH}")
+    } else if let Some(most) = most_batch(gpu.ptx.target()).filter(|&m| batch > m) {
+        format!(
+            "the batch {batch} is above {most}, the most of its kernels in {}",
+            gpu.describe_ptx()
+        )
     } else if classes > MAX_CLASSES {
         format!("{classes} classes are more than {MAX_CLASSES}")
     } else if shuffled > gpu.mem_info()?.0 / 2 {
@@ -224,6 +228,15 @@ pub fn support_sliced(
         return choose_feed(gpu, (batch, dim, hidden, acc), units);
     };
     Ok(Support::No(why))
+}
+
+/// The largest batch of the variants that PTX built for `target` exports.
+fn most_batch(target: Target) -> Option<usize> {
+    VARIANTS
+        .iter()
+        .filter(|v| v.exists_in(target))
+        .map(|v| v.most_batch)
+        .max()
 }
 
 /// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
@@ -749,6 +762,36 @@ mod tests {
             "{why}"
         );
         assert!(why.ends_with("capped"), "{why}");
+    }
+
+    /// Batches past 128 take Hopper's four parts of up to 64 rows in two buffers each (the
+    /// layout of two halves of 128); other PTX has no kernel for them.
+    #[test]
+    fn batches_past_128_take_four_parts_on_hopper() {
+        let room = 227 * 1024;
+        let quartered = Feed::of("quartered");
+        assert!(quartered.runs_with(Target::SM90, room, 256, 784));
+        assert!(!quartered.runs_with(Target::SM90, room, 257, 784));
+        assert!(!Feed::of("whole").runs_with(Target::SM90, room, 129, 784));
+        assert_eq!(most_batch(Target::SM90), Some(256));
+        assert_eq!(most_batch(Target::SM80), Some(128));
+        let pick = |batch| {
+            pick_feed(
+                feeds_by_preference(),
+                (Target::SM90, room, ""),
+                (batch, 784, 128, Accum::F16),
+                |_| Ok(132),
+            )
+            .unwrap()
+        };
+        assert_eq!(pick(256), Support::Yes(quartered));
+        assert_eq!(pick(200), Support::Yes(quartered));
+        assert_eq!(pick(128), Support::Yes(Feed::of("whole")));
+        assert_eq!(
+            quartered.describe(),
+            ", the batch in 4 parts",
+            "named by its parts"
+        );
     }
 
     /// The names the first line of a run gives each feed.
