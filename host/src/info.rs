@@ -45,7 +45,9 @@ pub fn print(gpu: &Gpu) -> Result<()> {
         gpu.ptx_choice()
     );
     println!("module:             {}", gpu.module_source());
-    println!("persistent kernel variants (batch 128 × 784, in the order the host prefers them):");
+    println!(
+        "persistent kernel variants (784 inputs, each its largest batch, in the order the host prefers them):"
+    );
     for line in crate::mlp::persistent::describe_variants(gpu) {
         println!("{line}");
     }

@@ -147,12 +147,14 @@ fn feeds_by_preference() -> impl Iterator<Item = Feed> {
 }
 
 /// One line per row of [`VARIANTS`], for `host info`: whether this GPU, with the PTX it loaded
-/// and its shared memory a block, runs the variant for MNIST's batch of 128 × 784 (a ring with
-/// the most stages that fit), or why not. Whether all its blocks are resident depends on the
-/// hidden width; a run's first line says which variant it takes.
+/// and its shared memory a block, runs the variant for MNIST's 784 inputs at its largest batch
+/// (128, or 256 for `quartered`; a ring with the most stages that fit), or why not. Whether all
+/// its blocks are resident depends on the hidden width; a run's first line says which variant
+/// it takes.
 pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
-    let (target, room, (batch, dim)) = (gpu.ptx.target(), gpu.max_smem_optin(), (128, 784));
+    let (target, room, dim) = (gpu.ptx.target(), gpu.max_smem_optin(), 784);
     let line = |v: &'static Variant| {
+        let batch = v.most_batch;
         let feeds = || feeds_by_preference().filter(move |f| f.variant == v);
         let fits = feeds().find(|f| f.smem(batch, dim).bytes <= room);
         let verdict = match fits {
