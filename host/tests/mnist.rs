@@ -5,7 +5,7 @@ use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, PersistentShuffle};
-use gpu::persistent::{MOST_BATCH, VARIANTS, label_offset, row_stride};
+use gpu::persistent::{VARIANTS, label_offset, most_batch, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
@@ -543,7 +543,7 @@ fn persistent_steps_against_cpu(
         (vec![48, 24, 24, 10], 64),
         (vec![48, 20, 10], 64),
         (vec![40, 24, 10], 64),
-        (vec![48, 24, 10], MOST_BATCH + 1),
+        (vec![48, 24, 10], most_batch(g.ptx.target()) + 1),
     ] {
         assert!(
             matches!(

@@ -203,10 +203,10 @@ impl Variant {
 }
 
 /// The one table to edit to add a variant, in the order the host prefers them. Each row: name,
-/// batch ([`Batch`]), parts, the largest batch, n-tiles, W1 ([`W1State`]), logits ([`Logits`]), accumulators,
-/// the PTX that exports it (`from` an architecture on, or `only` one), the fewest slices it
-/// is taken for, ring stages (fewest, most; `-` without a ring). `persistent::kernel`
-/// exports every row's kernels under the row's `cfg`.
+/// batch ([`Batch`]), parts, the largest batch, n-tiles, W1 ([`W1State`]), logits
+/// ([`Logits`]), accumulators, the PTX that exports it (`from` an architecture on, or `only`
+/// one), the fewest slices it is taken for, ring stages (fewest, most; `-` without a ring).
+/// `persistent::kernel` exports every row's kernels under the row's `cfg`.
 #[macro_export]
 macro_rules! persistent_variants {
     ($then:ident) => {
@@ -295,18 +295,18 @@ macro_rules! accum {
 }
 persistent_variants!(variant_table);
 
-/// The largest batch of any variant (PTX built for a given target may have less: see
-/// [`Variant::exists_in`]).
-pub const MOST_BATCH: usize = {
+/// The largest batch of the variants that PTX built for `target` exports (0 for none).
+pub const fn most_batch(target: Target) -> usize {
     let (mut i, mut most) = (0, 0);
     while i < VARIANTS.len() {
-        if VARIANTS[i].most_batch > most {
-            most = VARIANTS[i].most_batch;
+        let v = &VARIANTS[i];
+        if v.exists_in(target) && v.most_batch > most {
+            most = v.most_batch;
         }
         i += 1;
     }
     most
-};
+}
 
 /// A row of [`VARIANTS`] by name.
 pub const fn variant(name: &str) -> &'static Variant {

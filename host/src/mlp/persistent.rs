@@ -12,7 +12,7 @@ use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
     EXCHANGE, LOGIT_SLOTS, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS, Variant,
-    logits_slot, row_stride, variant,
+    logits_slot, most_batch, row_stride, variant,
 };
 use gpu::target::Target;
 use std::sync::Arc;
@@ -210,11 +210,12 @@ pub fn support_sliced(
     }
     let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
     let shuffled = 2 * steps * batch * row_stride(dim);
+    let most = most_batch(gpu.ptx.target());
     let why = if !hidden.is_multiple_of(UNITS) {
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
     } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
         format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
-    } else if let Some(most) = most_batch(gpu.ptx.target()).filter(|&m| batch > m) {
+    } else if batch > most {
         format!(
             "the batch {batch} is above {most}, the most of its kernels in {}",
             gpu.describe_ptx()
@@ -230,15 +231,6 @@ pub fn support_sliced(
         return choose_feed(gpu, (batch, dim, hidden, acc), units);
     };
     Ok(Support::No(why))
-}
-
-/// The largest batch of the variants that PTX built for `target` exports.
-fn most_batch(target: Target) -> Option<usize> {
-    VARIANTS
-        .iter()
-        .filter(|v| v.exists_in(target))
-        .map(|v| v.most_batch)
-        .max()
 }
 
 /// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
@@ -775,8 +767,8 @@ mod tests {
         assert!(quartered.runs_with(Target::SM90, room, 256, 784));
         assert!(!quartered.runs_with(Target::SM90, room, 257, 784));
         assert!(!Feed::of("whole").runs_with(Target::SM90, room, 129, 784));
-        assert_eq!(most_batch(Target::SM90), Some(256));
-        assert_eq!(most_batch(Target::SM80), Some(128));
+        assert_eq!(most_batch(Target::SM90), 256);
+        assert_eq!(most_batch(Target::SM80), 128);
         let pick = |batch| {
             pick_feed(
                 feeds_by_preference(),
