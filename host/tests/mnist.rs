@@ -341,6 +341,23 @@ fn single_buffer_persistent_steps_match_cpu_reference() {
     }
 }
 
+/// [`persistent_steps_match_cpu_reference`] with two hidden layers (Hopper PTX): the second
+/// as wide as the first (128: MNIST's, 16 slices) and narrower (slices past its n-tiles repeat
+/// one as shadows), of a width that ends in half a k-step (24, 40), at input widths of 3 and 49
+/// dW1 tiles.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn deep_persistent_steps_match_cpu_reference() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let feed = Feed::of("deep");
+    if !feed.variant.exists_in(g.ptx.target()) {
+        eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
+        return;
+    }
+    let sizes = [[48, 32, 24, 10], [784, 128, 128, 10], [784, 48, 40, 10]];
+    persistent_steps_against_cpu(&g, None, &sizes, &BATCHES);
+}
+
 /// GPU 0 with embedded PTX `ptx` (by default the newest it runs); `None`, having said why the
 /// check is skipped, where the build embeds no such PTX or the GPU is older than it.
 fn open_with_ptx(ptx: Option<u32>) -> Option<Gpu> {
@@ -383,10 +400,10 @@ const BATCHES: [usize; 2] = [120, 8];
 /// Four steps (in two launches) of the persistent kernel on `g` against the CPU reference, for
 /// each of `sizes` and `batches` and each accumulator the feed has a kernel for, the batch fed
 /// as `feed` (by default as `g` chooses).
-fn persistent_steps_against_cpu(
+fn persistent_steps_against_cpu<const L: usize>(
     g: &Gpu,
     feed: Option<Feed>,
-    sizes: &[[usize; 3]],
+    sizes: &[[usize; L]],
     batches: &[usize],
 ) {
     let mut rng = StdRng::seed_from_u64(7);
@@ -486,10 +503,13 @@ fn persistent_steps_against_cpu(
                         .collect();
                     let yb: Vec<u8> = rows.iter().map(|&r| labels[r]).collect();
                     let (l, grads) = reference::loss_and_grads(&sizes, &round(&w), &xb, &yb, batch);
-                    assert!(
-                        (got - l).abs() < 1e-2 * l.max(1.0),
-                        "{acc:?} {sizes:?} batch {batch} step {step}: loss {got} vs {l}"
-                    );
+                    let close = (got - l).abs() < 1e-2 * l.max(1.0);
+                    if !close {
+                        report.push(format!(
+                            "{acc:?} {sizes:?} batch {batch} step {step}: loss {got} vs {l}"
+                        ));
+                    }
+                    ok &= close;
                     for k in 0..w.len() {
                         v[k] = mu * v[k] + grads[k];
                         w[k] -= lr * v[k];
@@ -521,8 +541,11 @@ fn persistent_steps_against_cpu(
                         // batch in quarters). fp16 accumulation moves pre-activations by ~1e-3,
                         // enough to flip a few ReLU masks in four steps; on sm_75 each k = 16
                         // step is two m16n8k8, twice the fp16 roundings.
+                        // With two hidden layers H1, dZ2 and dH1 pass through fp16 too (as in
+                        // the layered step), which the CPU keeps in fp32: ~3% seen in fp32.
                         ok &= worst
                             <= match acc {
+                                Accum::F32 if L > 3 => 5e-2,
                                 Accum::F32 => 2e-2,
                                 Accum::F16 if g.ptx.sm < 80 => 0.15,
                                 Accum::F16 => 0.1,

@@ -76,6 +76,43 @@ pub fn grid_barrier(counter: *mut u32, target: u32, sync: fn()) {
     sync();
 }
 
+/// [`grid_barrier`] in two halves, for a block that has work to do between announcing its
+/// arrival and needing the others': [`barrier_arrive`] counts the block at `counter` (after
+/// `sync`, the barrier of its threads, and a fence that publishes their earlier writes),
+/// [`barrier_wait`] returns when the count reaches `target`.
+#[inline(always)]
+pub fn barrier_arrive(counter: *mut u32, sync: fn()) {
+    sync();
+    if thread_x() == 0 {
+        unsafe {
+            asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
+                 c = in(reg64) counter, options(nostack));
+        }
+    }
+}
+
+/// The second half of [`barrier_arrive`]: thread 0 polls with acquire loads, the rest of warp 0
+/// waits for it (so the warp reaches `sync` whole), then `sync`.
+#[inline(always)]
+pub fn barrier_wait(counter: *mut u32, target: u32, sync: fn()) {
+    if thread_x() < 32 {
+        if thread_x() == 0 {
+            loop {
+                let v: u32;
+                unsafe {
+                    asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
+                         v = out(reg32) v, c = in(reg64) counter, options(nostack));
+                }
+                if v >= target {
+                    break;
+                }
+            }
+        }
+        sync_warp();
+    }
+    sync();
+}
+
 /// Lets a kernel launched after this one as a dependent launch start before this grid ends:
 /// its blocks may be scheduled, and run up to their [`wait_for_prior_grids`], once every block
 /// of this grid has called this (or exited). A no-op before sm_90.

@@ -182,6 +182,9 @@ fn input_grads<A: Acc, F: Row, const T: usize, const O: usize>(
     let bf: [[[u32; 2]; T]; O] = core::array::from_fn(|g| unit_frags::<T>(b, b.dh(plane0 + g)));
     if F::V.ring() {
         dw1_chunks(b, ring, &bf)
+    } else if F::V.layers > 1 && b.ktiles <= WARPS {
+        // The deep kernel's second layer, whose inputs (H1) are a tile a warp at most.
+        dw1_tiles::<A, 1, T, O>(b, s, &bf)
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
         dw1_tiles::<A, TILES_PER_WARP, T, O>(b, s, &bf)
     } else {

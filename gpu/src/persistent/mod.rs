@@ -150,16 +150,22 @@ pub struct Params {
     pub logits: u64,
     pub exchange: u64,
     pub counters: u64,
-    /// Layer widths, batch rows.
+    /// The `deep` kernel's activations, input gradients and W2 copies that its blocks share
+    /// ([`Scratch`]; unused by the others).
+    pub scratch: u64,
+    /// Layer widths (`hidden2`: the second hidden layer's, 0 with one), batch rows.
     pub dim: u32,
     pub hidden: u32,
+    pub hidden2: u32,
     pub classes: u32,
     pub batch: u32,
-    /// Offsets of W1, b1, W2, b2 in the parameter buffers.
+    /// Offsets of W1, b1, W2, b2 (and with two hidden layers W3, b3) in the parameter buffers.
     pub o_w1: u32,
     pub o_b1: u32,
     pub o_w2: u32,
     pub o_b2: u32,
+    pub o_w3: u32,
+    pub o_b3: u32,
     pub lr: f32,
     pub momentum: f32,
     /// This launch runs steps `step0..step0 + steps` of the epoch: step `k` reads rows
@@ -215,6 +221,8 @@ pub const fn own_shares(n: usize) -> usize {
     (n + 1) * 4 * 32
 }
 
+mod deep;
+pub use deep::*;
 mod smem;
 pub use smem::*;
 mod variant;
@@ -366,12 +374,12 @@ mod kernel {
 
     /// Exports every row of [`persistent_variants!`](crate::persistent_variants) that this PTX
     /// has (its `from`/`only` column as a `cfg`), one kernel per accumulator of the row, named
-    /// `mlp1_persistent_{name}_{f16|f32}`: [`train`], or for W1's state in global memory the
-    /// offchip kernel's loop.
+    /// `mlp1_persistent_{name}_{f16|f32}`: [`train`], for W1's state in global memory the
+    /// offchip kernel's loop, for two hidden layers the deep kernel's.
     macro_rules! export {
         ($(($name:ident, $batch:ident, $parts:tt, $most:tt, $n:tt, $w1:ident, $logits:ident,
-            [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt),)*) => {$(
-            export!(@archs ($which $sm) $name, $w1, $($acc)*);
+            [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt, $layers:tt),)*) => {$(
+            export!(@archs ($which $sm) $name, $w1, $layers, $($acc)*);
         )*};
         (@archs (from 75) $($row:tt)*) => { export!(@row $($row)*); };
         (@archs (from 80) $($row:tt)*) => {
@@ -386,22 +394,28 @@ mod kernel {
             #[cfg(not(target_feature = "sm_80"))]
             export!(@row $($row)*);
         };
-        (@row $name:ident, $w1:ident, $($acc:ident)*) => {
+        (@row $name:ident, $w1:ident, $layers:tt, $($acc:ident)*) => {
             const _: () = {
                 struct Kernel;
                 impl Row for Kernel {
                     const V: Variant = *variant(stringify!($name));
                 }
-                $(export!(@kernel $name, $w1, $acc);)*
+                $(export!(@kernel $name, $w1, $layers, $acc);)*
             };
         };
-        (@kernel $name:ident, Global, $acc:ident) => {
+        (@kernel $name:ident, Global, 1, $acc:ident) => {
             #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe { super::offchip::train::<Kernel, { Kernel::V.n }>(args) }
             }
         };
-        (@kernel $name:ident, $w1:ident, $acc:ident) => {
+        (@kernel $name:ident, $w1:ident, 2, $acc:ident) => {
+            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            unsafe extern "ptx-kernel" fn $acc(args: Params) {
+                unsafe { super::deep::kernel::train::<accumulator!($acc), Kernel>(args) }
+            }
+        };
+        (@kernel $name:ident, $w1:ident, 1, $acc:ident) => {
             #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe {

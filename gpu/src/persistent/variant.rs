@@ -79,6 +79,8 @@ pub struct Variant {
     /// Ring stages it runs with, fewest and most (rings only; sm_75's ring loads through
     /// registers, which hold one chunk ahead: two stages).
     pub stages: (usize, usize),
+    /// Hidden layers of the models it trains: 1, or 2 (`deep`).
+    pub layers: usize,
 }
 
 impl Variant {
@@ -179,6 +181,10 @@ impl Variant {
     pub fn describe(&self, stages: usize) -> String {
         let units = self.units();
         match (self.batch, self.w1) {
+            _ if self.layers > 1 => format!(
+                ", {} hidden layers, one batch buffer refilled after dW1",
+                self.layers
+            ),
             (Batch::Double, _) if self.parts == PAIR => String::new(),
             (Batch::Double, _) => format!(", the batch in {} parts", self.parts),
             (Batch::Ring, W1State::Global) => format!(
@@ -205,7 +211,8 @@ impl Variant {
 /// The one table to edit to add a variant, in the order the host prefers them. Each row: name,
 /// batch ([`Batch`]), parts, the largest batch, n-tiles, W1 ([`W1State`]), logits
 /// ([`Logits`]), accumulators, the PTX that exports it (`from` an architecture on, or `only`
-/// one), the fewest slices it is taken for, ring stages (fewest, most; `-` without a ring).
+/// one), the fewest slices it is taken for, ring stages (fewest, most; `-` without a ring),
+/// hidden layers.
 /// `persistent::kernel` exports every row's kernels under the row's `cfg`.
 #[macro_export]
 macro_rules! persistent_variants {
@@ -213,27 +220,30 @@ macro_rules! persistent_variants {
         $then! {
             // Hopper, many slices of 8 units (from 24): two buffers, the partial logits added
             // by bulk reductions.
-            (bulk, Double, 2, 128, 1, Registers, Bulk, [f16], from 90, 24, -),
+            (bulk, Double, 2, 128, 1, Registers, Bulk, [f16], from 90, 24, -, 1),
             // Two buffers of half the batch each (at MNIST's size only Hopper's 227 KiB), the
             // next batch fetched by the copy engine.
-            (whole, Double, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -),
+            (whole, Double, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -, 1),
             // Hopper, batches of 129 to 256: two buffers of a quarter of the batch each, the
             // shares of the four parts summed through global memory.
-            (quartered, Double, 4, 256, 1, Registers, Red, [f16 f32], from 90, 1, -),
+            (quartered, Double, 4, 256, 1, Registers, Red, [f16 f32], from 90, 1, -, 1),
             // One buffer of half the batch (an A100's 163 KiB), or of a quarter (99 KiB).
-            (single, Single, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, -),
-            (quarters, Single, 4, 128, 1, Registers, Red, [f16 f32], from 80, 1, -),
+            (single, Single, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1),
+            (quarters, Single, 4, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1),
             // Turing: a quarter with W1's fp16 copy in registers fits 64 KiB; fp32
             // accumulators there need more registers than a thread has.
-            (quarters_regs, Single, 4, 128, 1, RegistersWithCopy, Red, [f16], only 75, 1, -),
+            (quarters_regs, Single, 4, 128, 1, RegistersWithCopy, Red, [f16], only 75, 1, -, 1),
             // Hopper, hidden layers too wide for slices of 8: slices of 16 and 32 units.
-            (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -),
-            (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -),
+            (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -, 1),
+            (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -, 1),
+            // Hopper, two hidden layers: one buffer of half the batch for the first layer's
+            // slices of 8 units, over which the second layer's n-tiles are dealt (`deep`).
+            (deep, Single, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -, 2),
             // Hopper, past what the registers hold of W1's state.
-            (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES)),
+            (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
-            (streamed, Ring, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES)),
-            (streamed_regs, Ring, 2, 128, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES)),
+            (streamed, Ring, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES), 1),
+            (streamed_regs, Ring, 2, 128, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES), 1),
         }
     };
 }
@@ -267,7 +277,8 @@ macro_rules! variant_stages {
 
 macro_rules! variant_table {
     ($(($name:ident, $batch:ident, $parts:literal, $most:literal, $n:literal, $w1:ident,
-        $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt),)*) => {
+        $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt,
+        $layers:literal),)*) => {
         /// Every variant, from [`persistent_variants!`](crate::persistent_variants), in the
         /// host's order of preference.
         pub const VARIANTS: &[Variant] = &[$(Variant {
@@ -282,6 +293,7 @@ macro_rules! variant_table {
             archs: $crate::variant_archs!($which $sm),
             min_slices: $slices,
             stages: $crate::variant_stages!($stages),
+            layers: $layers,
         }),*];
     };
 }
@@ -366,6 +378,13 @@ mod tests {
                 assert!(v.batch == Batch::Double && v.parts == MAX_PARTS, "{name}");
             }
             assert!([1, 2, 4].contains(&v.n), "{name}");
+            // Two hidden layers: Hopper's pairs of one buffer and slices of 8 units, whose
+            // partial logits add by `red`.
+            assert!([1, 2].contains(&v.layers), "{name}");
+            if v.layers == 2 {
+                assert!(v.single() && v.parts == PAIR && v.n == 1, "{name}");
+                assert!(v.archs.min >= 90 && !v.bulk() && v.most_batch == MAX_BATCH);
+            }
             assert!(
                 v.has(Accum::F16),
                 "{name}: every variant has fp16 accumulators"

@@ -11,8 +11,8 @@ use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
 use gpu::persistent::Params;
 use gpu::persistent::{
-    EXCHANGE, LOGIT_SLOTS, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS, Variant,
-    logits_slot, most_batch, row_stride, variant,
+    DeepSmem, EXCHANGE, LOGIT_SLOTS, MAX_BATCH, MAX_CLASSES, MAX_DIM, MEETINGS, PAIR, Scratch,
+    Smem, THREADS, UNITS, VARIANTS, Variant, logits_slot, most_batch, row_stride, variant,
 };
 use gpu::target::Target;
 use std::sync::Arc;
@@ -28,15 +28,19 @@ pub struct Persistent {
     /// Input width; rows of an epoch (steps × batch).
     dim: u32,
     epoch_rows: u32,
-    smem: Smem,
+    /// Bytes of shared memory a block.
+    smem_bytes: usize,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
     /// Each block's shares of the gradients, for the other blocks of its slice (empty where a
     /// slice is a cluster, whose blocks write them straight into each other's shared memory).
     exchange: Buf<u32>,
     /// Arrival counts of the grid barrier, then of each slice's barrier (the grid's alone where
-    /// slices are clusters); zeroed before each launch.
+    /// slices are clusters; with two hidden layers, then the meetings of each half's blocks);
+    /// zeroed before each launch.
     counters: Buf<u32>,
+    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer).
+    scratch: Buf<u16>,
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
     batches: [Buf<u8>; 2],
@@ -93,9 +97,18 @@ impl Feed {
         }
     }
 
-    /// The shared-memory layout of a block for a batch of `batch` × `dim`.
+    /// The shared-memory layout of a block for a batch of `batch` × `dim` (of the first layer,
+    /// with two hidden layers).
     pub fn smem(self, batch: usize, dim: usize) -> Smem {
         self.variant.smem(batch, dim, self.stages)
+    }
+
+    /// Bytes of shared memory a block for a batch of `batch` and layers `sizes`.
+    pub fn smem_bytes(self, batch: usize, sizes: &[usize]) -> usize {
+        match sizes {
+            &[dim, h1, h2, _] if self.variant.layers == 2 => DeepSmem::of(batch, dim, h1, h2).bytes,
+            _ => self.smem(batch, sizes[0]).bytes,
+        }
     }
 
     /// Hidden units a block.
@@ -131,19 +144,22 @@ impl Feed {
     }
 }
 
-/// The feeds the host tries: the rows of [`VARIANTS`] in order, each ring with the most stages
-/// first.
+/// The feeds the host tries for one hidden layer: the rows of [`VARIANTS`] in order, each ring
+/// with the most stages first.
 fn feeds_by_preference() -> impl Iterator<Item = Feed> {
-    VARIANTS.iter().flat_map(|variant| {
-        let (fewest, most) = if variant.ring() {
-            variant.stages
-        } else {
-            (0, 0)
-        };
-        (fewest..=most)
-            .rev()
-            .map(move |stages| Feed { variant, stages })
-    })
+    VARIANTS
+        .iter()
+        .filter(|v| v.layers == 1)
+        .flat_map(|variant| {
+            let (fewest, most) = if variant.ring() {
+                variant.stages
+            } else {
+                (0, 0)
+            };
+            (fewest..=most)
+                .rev()
+                .map(move |stages| Feed { variant, stages })
+        })
 }
 
 /// One line per row of [`VARIANTS`], for `host info`: whether this GPU, with the PTX it loaded
@@ -157,8 +173,18 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
         let batch = v.most_batch;
         let feeds = || feeds_by_preference().filter(move |f| f.variant == v);
         let fits = feeds().find(|f| f.smem(batch, dim).bytes <= room);
+        let deep = DeepSmem::of(batch, dim, DEEP_SHOWN, DEEP_SHOWN).bytes;
         let verdict = match fits {
             _ if !v.exists_in(target) => format!("not in {target} PTX ({})", v.archs),
+            _ if v.layers > 1 && deep <= room => {
+                format!("runs: {deep} B a block at {DEEP_SHOWN} units a layer")
+            }
+            _ if v.layers > 1 => {
+                format!(
+                    "needs {deep} B a block at {DEEP_SHOWN} units a layer; {}",
+                    gpu.describe_smem_limit()
+                )
+            }
             Some(f) if v.ring() => {
                 let bytes = f.smem(batch, dim).bytes;
                 format!("runs: {bytes} B a block, {} stages", f.stages)
@@ -181,6 +207,10 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
     VARIANTS.iter().map(line).collect()
 }
 
+/// The hidden widths `host info` sizes the two-layer kernel's shared memory at: the widest
+/// first layer of its slices of 8 units on 132 SMs, rounded down to a k-step.
+const DEEP_SHOWN: usize = 512;
+
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
 /// batch and epochs of `steps` steps on this GPU.
 pub fn support(
@@ -202,13 +232,13 @@ pub fn support_sliced(
     acc: Accum,
     units: Option<usize>,
 ) -> Result<Support> {
-    if sizes.len() != 3 {
+    if sizes.len() > 4 {
         return Ok(Support::No(format!(
-            "it trains one hidden layer, this model has {}",
+            "it trains one or two hidden layers, this model has {}",
             sizes.len() - 2
         )));
     }
-    let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[2]);
+    let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[sizes.len() - 1]);
     let shuffled = 2 * steps * batch * row_stride(dim);
     let most = most_batch(gpu.ptx.target());
     let why = if !hidden.is_multiple_of(UNITS) {
@@ -227,8 +257,60 @@ pub fn support_sliced(
             "its two shuffled copies of the training set need {} MiB, over half the GPU's free memory",
             shuffled >> 20
         )
+    } else if sizes.len() == 4 {
+        return choose_deep(gpu, sizes, batch, (acc, units));
     } else {
         return choose_feed(gpu, (batch, dim, hidden, acc), units);
+    };
+    Ok(Support::No(why))
+}
+
+/// Whether the two-layer kernel (`deep`) trains layers `sizes` (two hidden) with this batch
+/// and accumulator on this GPU, with every block resident, or why not.
+fn choose_deep(
+    gpu: &Gpu,
+    sizes: &[usize],
+    batch: usize,
+    (acc, units): (Accum, Option<usize>),
+) -> Result<Support> {
+    let feed = Feed::of("deep");
+    let (v, target) = (feed.variant, gpu.ptx.target());
+    let (h1, h2) = (sizes[1], sizes[2]);
+    let bytes = feed.smem_bytes(batch, sizes);
+    let why = if !v.exists_in(target) {
+        format!(
+            "two hidden layers need its {} kernel, not in {}",
+            v.archs,
+            gpu.describe_ptx()
+        )
+    } else if !v.has(acc) {
+        format!("its two-layer kernel has no {} accumulators", acc.suffix())
+    } else if units.is_some_and(|u| u != v.units()) {
+        format!(
+            "its two-layer kernel takes {} hidden units a block",
+            v.units()
+        )
+    } else if batch > MAX_BATCH {
+        format!("the batch {batch} is above {MAX_BATCH}, the most of its two-layer kernel")
+    } else if !h1.is_multiple_of(16) || h1 > MAX_DIM {
+        format!("the first hidden width {h1} is not a multiple of 16 up to {MAX_DIM}")
+    } else if h2 > h1 {
+        format!("the second hidden layer ({h2}) is wider than the first ({h1})")
+    } else if bytes > gpu.max_smem_optin() {
+        format!(
+            "two hidden layers of {h1} and {h2} need {bytes} B of shared memory a block, {}",
+            gpu.describe_smem_limit()
+        )
+    } else {
+        let f = function(gpu, acc, feed, bytes)?;
+        let resident = resident_blocks(gpu, &f, bytes, Some(PAIR))?;
+        let blocks = PAIR * h1 / UNITS;
+        if blocks <= resident {
+            return Ok(Support::Yes(feed));
+        }
+        format!(
+            "{blocks} blocks (2 per 8 units of the first hidden layer) must be resident at once, this GPU holds {resident}"
+        )
     };
     Ok(Support::No(why))
 }
@@ -381,9 +463,17 @@ impl Persistent {
         feed: Feed,
     ) -> Result<Persistent> {
         let target = gpu.ptx.target();
-        let smem = feed.smem(batch, sizes[0]);
+        let (smem, smem_bytes) = (feed.smem(batch, sizes[0]), feed.smem_bytes(batch, sizes));
+        let deep = feed.variant.layers == 2;
         ensure!(
-            feed.runs_with(target, gpu.max_smem_optin(), batch, sizes[0]),
+            sizes.len() == feed.variant.layers + 2,
+            "{feed:?} trains {} hidden layers, not {}",
+            feed.variant.layers,
+            sizes.len() - 2
+        );
+        ensure!(
+            feed.runs_with(target, gpu.max_smem_optin(), batch, sizes[0])
+                && smem_bytes <= gpu.max_smem_optin(),
             "{feed:?} does not run on {} with {}",
             gpu.describe_ptx(),
             gpu.describe_smem_limit()
@@ -394,19 +484,26 @@ impl Persistent {
             feed.units()
         );
         let slices = sizes[1] / feed.units();
-        let f = function(gpu, acc, feed, smem.bytes)?;
+        let f = function(gpu, acc, feed, smem_bytes)?;
         let blocks = feed.parts() * slices;
         let cluster = if feed.variant.clustered(target) {
-            cluster_size(gpu, &f, smem.bytes, blocks)?
+            cluster_size(gpu, &f, smem_bytes, blocks)?
         } else {
             0
         };
         // Clusters exchange in shared memory, and the offchip kernel's blocks have the whole
         // batch: neither has an exchange area or slice counters.
-        let (exchange, counters) = if cluster > 0 || feed.variant.offchip() {
+        let (exchange, counters) = if deep {
+            (0, 1 + MEETINGS * PAIR)
+        } else if cluster > 0 || feed.variant.offchip() {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
+        };
+        let scratch = if deep {
+            Scratch::of(batch, sizes[1], sizes[2]).len
+        } else {
+            0
         };
         let epoch_rows = steps * batch;
         let event = || {
@@ -422,10 +519,11 @@ impl Persistent {
             batch: batch as u32,
             dim: sizes[0] as u32,
             epoch_rows: epoch_rows as u32,
-            smem,
-            logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[2]))?,
+            smem_bytes,
+            logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[sizes.len() - 1]))?,
             exchange: arena.alloc(exchange)?,
             counters: arena.alloc(counters)?,
+            scratch: arena.alloc(scratch)?,
             batches: [
                 arena.alloc(epoch_rows * smem.stride)?,
                 arena.alloc(epoch_rows * smem.stride)?,
@@ -534,7 +632,13 @@ impl Persistent {
             gpu.zero_raw(p + 4 * step0 as u64, 4 * steps)?;
         }
         let (offs, _) = param_layout(&model.sizes);
-        let size = |i: usize| model.sizes[i] as u32;
+        let sizes = &model.sizes;
+        let size = |i: usize| sizes[i] as u32;
+        // The second hidden layer's width and the output layer's offsets, with two.
+        let (hidden2, (o_w3, o_b3)) = match sizes.len() {
+            4 => (size(2), offs[2]),
+            _ => (0, (0, 0)),
+        };
         let args = Params {
             batches: self.batches[buf].ptr,
             w32: model.w32.ptr,
@@ -545,14 +649,18 @@ impl Persistent {
             logits: self.logits.ptr,
             exchange: self.exchange.ptr,
             counters: self.counters.ptr,
+            scratch: self.scratch.ptr,
             dim: size(0),
             hidden: size(1),
-            classes: size(2),
+            hidden2,
+            classes: size(sizes.len() - 1),
             batch: self.batch,
             o_w1: offs[0].0 as u32,
             o_b1: offs[0].1 as u32,
             o_w2: offs[1].0 as u32,
             o_b2: offs[1].1 as u32,
+            o_w3: o_w3 as u32,
+            o_b3: o_b3 as u32,
             lr,
             momentum,
             step0: step0 as u32,
@@ -569,7 +677,7 @@ impl Persistent {
         if self.cluster > 0 {
             attrs.push(cluster_attribute((self.cluster, 1)));
         }
-        let cfg = grid_config(self.blocks, self.smem.bytes);
+        let cfg = grid_config(self.blocks, self.smem_bytes);
         // SAFETY: the kernel's one parameter is a `Params` (the same `#[repr(C)]` type);
         // every buffer lives as long as `self` and `model`, which outlive the stream's work (the
         // training loop synchronises first).

@@ -1,0 +1,354 @@
+//! Two hidden layers in one launch (the `deep` variant, Hopper): the one-layer step's phases
+//! run once per layer, each layer a [`Block`](super::context::Block) of its own, with two
+//! meetings of the blocks of each half of the batch between them (`docs/deeper.md`).
+//!
+//! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch.
+//! The second layer's n-tiles are dealt over the same slices, slice `s` taking n-tile `s`;
+//! where the second layer is narrower, slice `s` repeats n-tile `s mod slices2` as a shadow,
+//! which computes what that n-tile's blocks compute but adds no logits, publishes nothing and
+//! writes nothing back. The first layer's block has the batch as input and no classes; the
+//! second's input is H1, gathered into its batch buffer, and its outputs the logits. A step:
+//! 1. layer 1's forward, `H1[:, s]`, block-local; published to global memory (fp16) and the
+//!    blocks of the half meet (A);
+//! 2. each block gathers H1 of its rows; layer 2's forward, the partial logits and the grid
+//!    barrier, the softmax and `dZ2[:, t]`: the one-layer step's phases on the second block;
+//! 3. `dZ2[:, t]` is published and the half's blocks meet (B), while they compute the shares
+//!    of db2, dW3, db3 and `dW2[t] = dZ2[:, t]ᵀ·H1`;
+//! 4. `dH1[:, s] = dZ2·W2[:, s]` through the ReLU: dZ2 gathered, W2's columns of the slice from
+//!    the fp16 copy that their owners publish as each step starts (two copies alternate, so a
+//!    step never reads values of the next);
+//! 5. layer 1's shares of db1 and dW1, then each layer's exchange within the pair and update.
+//!
+//! Three meetings a step (A, the grid barrier, B): one gather of activations and one of input
+//! gradients besides the one-layer kernel's grid barrier.
+use super::*;
+
+/// The deep kernel's shared memory: the first layer's layout (the row's own, one buffer of
+/// half the batch), the second's after it (its batch buffer holds the gathered H1, later dZ2),
+/// then the slice's columns of W2 (fp16 `[unit][hidden2]`, rows of [`cols_row`] bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct DeepSmem {
+    pub first: Smem,
+    pub second_at: usize,
+    pub second: Smem,
+    pub w2_cols: usize,
+    pub bytes: usize,
+}
+
+impl DeepSmem {
+    pub const fn of(batch: usize, dim: usize, hidden: usize, hidden2: usize) -> DeepSmem {
+        let v = variant("deep");
+        let first = v.smem(batch, dim, 0);
+        // 128 bytes: the second layout's mbarriers and bulk-copy targets keep their alignment.
+        let second_at = first.bytes.next_multiple_of(128);
+        let second = v.smem(batch, hidden, 0);
+        let w2_cols = (second_at + second.bytes).next_multiple_of(16);
+        DeepSmem {
+            first,
+            second_at,
+            second,
+            w2_cols,
+            bytes: w2_cols + UNITS * cols_row(hidden2),
+        }
+    }
+}
+
+/// Bytes of a row of W2's staged columns: `hidden2` rounded up to a k-step of 16, and 16 bytes
+/// more, so the eight rows that a fragment's loads read start in different banks.
+pub const fn cols_row(hidden2: usize) -> usize {
+    (hidden2.next_multiple_of(16) + 8) * 2
+}
+
+/// Where the blocks of the deep kernel leave what the others read, in fp16 elements from
+/// [`Params::scratch`]: H1 and dZ2 (`[batch][width]` each) and the two copies of W2 (`[hidden]
+/// [hidden2]`: an input's weights of one n-tile are 16 bytes, as the owners hold them).
+#[derive(Clone, Copy, Debug)]
+pub struct Scratch {
+    pub h1: usize,
+    pub dz2: usize,
+    pub w2: [usize; 2],
+    pub len: usize,
+}
+
+impl Scratch {
+    pub const fn of(batch: usize, hidden: usize, hidden2: usize) -> Scratch {
+        let dz2 = batch * hidden;
+        let w2 = dz2 + batch * hidden2;
+        let copy = hidden * hidden2;
+        Scratch {
+            h1: 0,
+            dz2,
+            w2: [w2, w2 + copy],
+            len: w2 + 2 * copy,
+        }
+    }
+}
+
+/// The meetings of each half's blocks, `[meeting][part]` in [`Params::counters`] after the
+/// grid barrier's: A after H1 is published, B after dZ2.
+pub const MEETINGS: usize = 2;
+pub const fn meeting_counter(meeting: usize, part: usize) -> usize {
+    1 + PAIR * meeting + part
+}
+
+#[cfg(target_arch = "nvptx64")]
+pub(super) mod kernel {
+    use super::super::context::{Block, Step};
+    use super::super::exchange::{self, Outbox};
+    use super::super::stream::Ring;
+    use super::super::weights::{self, W1};
+    use super::super::{backward, fetch, forward, logits, softmax, update};
+    use super::*;
+    use crate::arch::*;
+    use crate::layout::{Operand, ldmatrix_lane};
+    use crate::target::BUILT;
+
+    const P: usize = PAIR;
+    const T: usize = tiles(PAIR);
+
+    /// The training loop of the deep kernel (variant `F`, accumulators `A`): the steps of
+    /// the module's description.
+    #[inline(always)]
+    pub unsafe fn train<A: Acc, F: Row>(args: Params) {
+        const {
+            let v = F::V;
+            assert!(v.layers == 2 && v.single() && v.parts == PAIR && v.n == 1);
+            assert!(v.clustered(BUILT) && !v.bulk() && !v.w1_copy_in_registers());
+        };
+        let lay = DeepSmem::of(
+            args.batch as usize,
+            args.dim as usize,
+            args.hidden as usize,
+            args.hidden2 as usize,
+        );
+        let first = Block::new::<F>(Params { classes: 0, ..args });
+        let second = second_block::<F>(args, lay.second_at);
+        let slices2 = args.hidden2 / UNITS as u32;
+        // Not a shadow: its n-tile of the second layer is its own.
+        let owner = first.slice < slices2;
+        let scratch = Scratch::of(
+            args.batch as usize,
+            args.hidden as usize,
+            args.hidden2 as usize,
+        );
+        let base = args.scratch as *mut u16;
+        let cols = first.at(lay.w2_cols);
+        let mut w1 = W1::<1, F>::load(&first);
+        let mut w2 = W1::<1, F>::load(&second);
+        weights::load_small(&first);
+        weights::load_small(&second);
+        first.clear_unfilled_rows();
+        second.clear_unfilled_rows();
+        clear_cols(&first, cols, args.hidden2 as usize);
+        exchange::open::<P>(&first);
+        exchange::open::<P>(&second);
+        let mut ring = Ring::start(&first, false);
+        let mut copies = fetch::start(&first);
+        let counter =
+            |m: usize| (args.counters as *mut u32).wrapping_add(meeting_counter(m, first.part));
+        for k in 0..args.steps {
+            let (b1, b2) = (first.for_step(), second.for_step());
+            let (s1, s2) = (Step::new(&b1, k), Step::new(&b2, k));
+            let w2_copy = base.wrapping_add(scratch.w2[k as usize % 2]);
+            if owner && b2.part == 0 {
+                publish_w2(&b2, w2_copy);
+            }
+            fetch::wait(&b1, &s1, &copies);
+            let h1 = forward::hidden::<A, F, T, 1, 1>(&b1, &s1, &mut ring, &w1);
+            // The tile warps' H1 rows before other warps publish them.
+            sync_threads();
+            publish(&b1, b1.h(0), base.wrapping_add(scratch.h1), b1.j0);
+            grid_barrier(
+                counter(0),
+                args.hidden / UNITS as u32 * (k + 1),
+                sync_threads,
+            );
+            gather(
+                &b1,
+                (s2.x, b2.lay.stride),
+                base.wrapping_add(scratch.h1),
+                b1.args.hidden,
+            );
+            copy_labels(&b1, &s1, &s2, b2.lay.stride);
+            cp_async_commit();
+            cp_async_wait::<0>();
+            sync_threads();
+            let h2 = forward::hidden::<A, F, T, 1, 1>(&b2, &s2, &mut ring, &w2);
+            if owner {
+                logits::add_partials::<A, T, 1>(&b2, &s2, &h2, false);
+            }
+            logits::exchange(&b2, &s2);
+            let part = softmax::cross_entropy::<F>(&b2, &s2);
+            backward::hidden_grad(&b2, &h2);
+            if owner {
+                publish(&b2, b2.dh(0), base.wrapping_add(scratch.dz2), b2.j0);
+                barrier_arrive(counter(1), sync_threads);
+            }
+            let out2 = Outbox::new::<P>(&b2);
+            let db2 = backward::bias_share::<T, 1>(&b2, &out2);
+            backward::output_grads::<T, 1>(&b2, &out2);
+            let send2 = |theirs: &_| out2.send_dw1(&b2, theirs, b2.peer0);
+            let dw2 = backward::dw1_shares::<A, F, T, 1, 1>(&b2, &s2, &mut ring, send2);
+            softmax::loss_sums(&b2, part);
+            barrier_wait(counter(1), slices2 * (k + 1), sync_threads);
+            input_grad(&b1, &b2, &s2, &h1, (w2_copy, cols));
+            let out1 = Outbox::new::<P>(&b1);
+            let db1 = backward::bias_share::<T, 1>(&b1, &out1);
+            let send1 = |theirs: &_| out1.send_dw1(&b1, theirs, b1.peer0);
+            let dw1 = backward::dw1_shares::<A, F, T, 1, 1>(&b1, &s1, &mut ring, send1);
+            let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
+            softmax::record_loss(&b2, &s2);
+            update::sgd_step(&b2, &s2, &mut w2, &sums2, &out2);
+            let sums1 = exchange::receive::<A, P, 1, 1>(&b1, &s1, (&dw1, db1), || {
+                fetch::after_dw1(&b1, &s1, &mut copies)
+            });
+            update::sgd_step(&b1, &s1, &mut w1, &sums1, &out1);
+            sync_threads();
+        }
+        // The last step's update before the write-back reads it.
+        sync_threads();
+        if first.part == 0 {
+            w1.store(&first);
+            weights::store_small(&first);
+            if owner {
+                w2.store(&second);
+                weights::store_small(&second);
+            }
+        }
+    }
+
+    /// The second layer's block: its input is H1 (`hidden` wide), its units the n-tile of the
+    /// slice (or, for a shadow, of the slice it repeats), its outputs the classes, its shared
+    /// memory from `at`.
+    #[inline(always)]
+    fn second_block<F: Row>(args: Params, at: usize) -> Block {
+        let b = Block::new::<F>(Params {
+            dim: args.hidden,
+            hidden: args.hidden2,
+            o_w1: args.o_w2,
+            o_b1: args.o_b2,
+            o_w2: args.o_w3,
+            o_b2: args.o_b3,
+            ..args
+        });
+        let slices2 = args.hidden2 / UNITS as u32;
+        Block {
+            base: b.base.wrapping_add(at),
+            s0: b.s0 + at as u32,
+            j0: b.slice % slices2 * UNITS as u32,
+            ..b
+        }
+    }
+
+    /// Zeros the staged columns of W2, whose padding past `hidden2` stays so (the products of
+    /// dH1 run over whole k-steps).
+    #[inline(always)]
+    fn clear_cols(b: &Block, cols: u32, hidden2: usize) {
+        let mut i = 4 * b.tid;
+        while i < UNITS * cols_row(hidden2) {
+            st_shared_u32(cols + i as u32, 0);
+            i += 4 * THREADS;
+        }
+    }
+
+    /// The block's rows of an fp16 `[rows][UNITS]` plane of its n-tile into columns `j0..j0 +
+    /// 8` of `[batch][width]` at `to` (`width`: the layer's units, `Params::hidden` of `b`).
+    #[inline(always)]
+    fn publish(b: &Block, plane: u32, to: *mut u16, j0: u32) {
+        if b.tid < b.mine {
+            let v = ld_shared_v4(plane + (b.tid * UNITS * 2) as u32);
+            let at = (b.r0 + b.tid) * b.args.hidden as usize + j0 as usize;
+            st_global_v4(to.wrapping_add(at) as *mut u8, v);
+        }
+    }
+
+    /// The owner's fp16 W2 (its n-tile's rows, `[input][unit]` in shared memory) into the
+    /// step's copy `[hidden][hidden2]`, which the blocks read after meeting B.
+    #[inline(always)]
+    fn publish_w2(b: &Block, to: *mut u16) {
+        let mut i = b.tid;
+        while i < b.args.dim as usize {
+            let v = ld_shared_v4(b.w1(0) + (i * UNITS * 2) as u32);
+            let at = i * b.args.hidden as usize + b.j0 as usize;
+            st_global_v4(to.wrapping_add(at) as *mut u8, v);
+            i += THREADS;
+        }
+    }
+
+    /// Issues the copies of the block's rows of `[batch][width]` at `from` into a batch
+    /// buffer (`x`, `stride` bytes a row), whole 16-row tiles of whole k-steps of 16: the
+    /// columns past `width` and the rows past the block's zeros. (dZ2's rows are narrower than
+    /// H1's, so the rows past the block's in its layout held H1 until now.)
+    #[inline(always)]
+    fn gather(b: &Block, (x, stride): (u32, usize), from: *const u16, width: u32) {
+        let width = width as usize;
+        let pieces = width.next_multiple_of(16) / 8;
+        let mut i = b.tid;
+        while i < b.mine.next_multiple_of(16) * pieces {
+            let (r, c) = (i / pieces, i % pieces);
+            let src = from.wrapping_add((b.r0 + r) * width + 8 * c) as *const u8;
+            let bytes = if 8 * c < width && r < b.mine { 16 } else { 0 };
+            cp_async_16(x + (r * stride + 16 * c) as u32, src, bytes);
+            i += THREADS;
+        }
+    }
+
+    /// Each row's label from the first layer's batch buffer into the second's, where the
+    /// softmax finds it.
+    #[inline(always)]
+    fn copy_labels(b1: &Block, s1: &Step, s2: &Step, stride2: usize) {
+        if b1.tid < b1.mine {
+            let from = s1.x + (b1.tid * b1.lay.stride + label_offset(b1.args.dim as usize)) as u32;
+            let to = s2.x + (b1.tid * stride2 + label_offset(b1.args.hidden as usize)) as u32;
+            st_shared_u32(to, ld_shared_u32(from));
+        }
+    }
+
+    /// `dH1[:, s] = dZ2·W2[:, s]` through the ReLU of `h1` (the first layer's H fragments) for
+    /// the tile warp's tile, stored fp16 in the first block's dH plane, behind a block barrier.
+    /// dZ2 is gathered into the second block's batch buffer (free once its dW2 is done), W2's
+    /// columns of the slice staged from the step's `copy` into `cols`.
+    #[inline(always)]
+    fn input_grad(
+        b1: &Block,
+        b2: &Block,
+        s2: &Step,
+        h1: &[[f32; 4]; 1],
+        (copy, cols): (*const u16, u32),
+    ) {
+        let width = b1.args.hidden2 as usize;
+        // Rows of whole k-steps (a width of 24 has 32 columns), and at most H1's.
+        let stride = row_stride(width.next_multiple_of(16));
+        let dz2 = (b1.args.scratch as *const u16)
+            .wrapping_add(Scratch::of(b1.args.batch as usize, b1.args.hidden as usize, width).dz2);
+        gather(b2, (s2.x, stride), dz2, width as u32);
+        let (pieces, row) = (width / 8, cols_row(width));
+        let mut i = b1.tid;
+        while i < UNITS * pieces {
+            let (u, c) = (i / pieces, i % pieces);
+            let src = copy.wrapping_add((b1.j0 as usize + u) * width + 8 * c) as *const u8;
+            cp_async_16_whole(cols + (u * row + 16 * c) as u32, src);
+            i += THREADS;
+        }
+        cp_async_commit();
+        cp_async_wait::<0>();
+        sync_threads();
+        if b1.has_tile() {
+            let (w, g, t) = (b1.warp, b1.group(), b1.in_group());
+            let (mm, kk) = ldmatrix_lane(b1.lane, Operand::A, true);
+            let a0 = s2.x + ((16 * w + mm) * stride + 2 * kk) as u32;
+            let b0 = cols + (g * row + 4 * t) as u32;
+            let mut d = [0.0f32; 4];
+            for ks in 0..width.div_ceil(16) {
+                let a = ldmatrix_x4(a0 + 32 * ks as u32);
+                let at = b0 + 32 * ks as u32;
+                d.mma_k16(a, [ld_shared_u32(at), ld_shared_u32(at + 16)]);
+            }
+            for e in 0..4 {
+                d[e] = if h1[0][e] > 0.0 { round_h(d[e]) } else { 0.0 };
+            }
+            st_shared_frag_f16(b1.dh(0), UNITS as u32, (16 * w + g) as u32, 2 * t as u32, d);
+        }
+        sync_threads();
+    }
+}
