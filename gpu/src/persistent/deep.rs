@@ -91,7 +91,12 @@ pub const fn meeting_counter(meeting: usize, part: usize) -> usize {
     1 + PAIR * meeting + part
 }
 
-#[cfg(target_arch = "nvptx64")]
+// The deep kernel is Hopper's alone.
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    target_feature = "ptx81"
+))]
 pub(super) mod kernel {
     use super::super::context::{Block, Step};
     use super::super::exchange::{self, Outbox};
