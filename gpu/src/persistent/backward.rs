@@ -182,9 +182,13 @@ fn input_grads<A: Acc, F: Row, const T: usize, const O: usize>(
     let bf: [[[u32; 2]; T]; O] = core::array::from_fn(|g| unit_frags::<T>(b, b.dh(plane0 + g)));
     if F::V.ring() {
         dw1_chunks(b, ring, &bf)
-    } else if F::V.layers > 1 && b.ktiles <= WARPS {
-        // The deep kernel's second layer, whose inputs (H1) are a tile a warp at most.
-        dw1_tiles::<A, 1, T, O>(b, s, &bf)
+    } else if F::V.layers > 1 && b.ktiles <= 4 * WARPS {
+        // The deep kernel's second layer, whose inputs (H1) are a few tiles a warp.
+        match b.ktiles.div_ceil(WARPS) {
+            1 => dw1_tiles::<A, 1, T, O>(b, s, &bf),
+            2 => dw1_tiles::<A, 2, T, O>(b, s, &bf),
+            _ => dw1_tiles::<A, 4, T, O>(b, s, &bf),
+        }
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
         dw1_tiles::<A, TILES_PER_WARP, T, O>(b, s, &bf)
     } else {

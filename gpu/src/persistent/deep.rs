@@ -4,9 +4,9 @@
 //!
 //! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch.
 //! The second layer's n-tiles are dealt over the same slices, slice `s` taking n-tile `s`;
-//! where the second layer is narrower, slice `s` repeats n-tile `s mod slices2` as a shadow,
-//! which computes what that n-tile's blocks compute but adds no logits, publishes nothing and
-//! writes nothing back. The first layer's block has the batch as input and no classes; the
+//! where the second layer is narrower, the slices past its n-tiles are shadows, which take no
+//! part in its work: they meet the grid and the half's blocks, and compute dH1 from dZ2 as
+//! every block does. The first layer's block has the batch as input and no classes; the
 //! second's input is H1, gathered into its batch buffer, and its outputs the logits. A step:
 //! 1. layer 1's forward, `H1[:, s]`, block-local; published to global memory (fp16) and the
 //!    blocks of the half meet (A);
@@ -168,42 +168,48 @@ pub(super) mod kernel {
                 args.hidden / UNITS as u32 * (k + 1),
                 sync_threads,
             );
-            gather(
-                &b1,
-                (s2.x, b2.lay.stride),
-                base.wrapping_add(scratch.h1),
-                b1.args.hidden,
-            );
-            copy_labels(&b1, &s1, &s2, b2.lay.stride);
-            cp_async_commit();
-            cp_async_wait::<0>();
-            sync_threads();
-            let h2 = forward::hidden::<A, F, T, 1, 1>(&b2, &s2, &mut ring, &w2);
-            if owner {
+            // The second layer: its owners only (shadows meet the grid and the half, and take
+            // dZ2 as every block does).
+            let second_shares = if owner {
+                gather(
+                    &b1,
+                    (s2.x, b2.lay.stride),
+                    base.wrapping_add(scratch.h1),
+                    b1.args.hidden,
+                );
+                copy_labels(&b1, &s1, &s2, b2.lay.stride);
+                cp_async_commit();
+                cp_async_wait::<0>();
+                sync_threads();
+                let h2 = forward::hidden::<A, F, T, 1, 1>(&b2, &s2, &mut ring, &w2);
                 logits::add_partials::<A, T, 1>(&b2, &s2, &h2, false);
-            }
-            logits::exchange(&b2, &s2);
-            let part = softmax::cross_entropy::<F>(&b2, &s2);
-            backward::hidden_grad(&b2, &h2);
-            if owner {
+                logits::exchange(&b2, &s2);
+                let part = softmax::cross_entropy::<F>(&b2, &s2);
+                backward::hidden_grad(&b2, &h2);
                 publish(&b2, b2.dh(0), base.wrapping_add(scratch.dz2), b2.j0);
                 barrier_arrive(counter(1), sync_threads);
-            }
-            let out2 = Outbox::new::<P>(&b2);
-            let db2 = backward::bias_share::<T, 1>(&b2, &out2);
-            backward::output_grads::<T, 1>(&b2, &out2);
-            let send2 = |theirs: &_| out2.send_dw1(&b2, theirs, b2.peer0);
-            let dw2 = backward::dw1_shares::<A, F, T, 1, 1>(&b2, &s2, &mut ring, send2);
-            softmax::loss_sums(&b2, part);
+                let out2 = Outbox::new::<P>(&b2);
+                let db2 = backward::bias_share::<T, 1>(&b2, &out2);
+                backward::output_grads::<T, 1>(&b2, &out2);
+                let send2 = |theirs: &_| out2.send_dw1(&b2, theirs, b2.peer0);
+                let dw2 = backward::dw1_shares::<A, F, T, 1, 1>(&b2, &s2, &mut ring, send2);
+                softmax::loss_sums(&b2, part);
+                Some((dw2, db2, out2))
+            } else {
+                logits::exchange(&b2, &s2);
+                None
+            };
             barrier_wait(counter(1), slices2 * (k + 1), sync_threads);
             input_grad(&b1, &b2, &s2, &h1, (w2_copy, cols));
             let out1 = Outbox::new::<P>(&b1);
             let db1 = backward::bias_share::<T, 1>(&b1, &out1);
             let send1 = |theirs: &_| out1.send_dw1(&b1, theirs, b1.peer0);
             let dw1 = backward::dw1_shares::<A, F, T, 1, 1>(&b1, &s1, &mut ring, send1);
-            let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
-            softmax::record_loss(&b2, &s2);
-            update::sgd_step(&b2, &s2, &mut w2, &sums2, &out2);
+            if let Some((dw2, db2, out2)) = second_shares {
+                let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
+                softmax::record_loss(&b2, &s2);
+                update::sgd_step(&b2, &s2, &mut w2, &sums2, &out2);
+            }
             let sums1 = exchange::receive::<A, P, 1, 1>(&b1, &s1, (&dw1, db1), || {
                 fetch::after_dw1(&b1, &s1, &mut copies)
             });
@@ -223,8 +229,8 @@ pub(super) mod kernel {
     }
 
     /// The second layer's block: its input is H1 (`hidden` wide), its units the n-tile of the
-    /// slice (or, for a shadow, of the slice it repeats), its outputs the classes, its shared
-    /// memory from `at`.
+    /// slice (for a shadow, of slice `s mod slices2`, whose weights it loads and never uses),
+    /// its outputs the classes, its shared memory from `at`.
     #[inline(always)]
     fn second_block<F: Row>(args: Params, at: usize) -> Block {
         let b = Block::new::<F>(Params {
