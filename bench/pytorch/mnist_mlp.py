@@ -214,7 +214,7 @@ def main():
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=half):
             acc = (model(xt).argmax(1) == yt).float().mean().item()
         ls = losses.tolist()
-        curves.record_epoch(rows, a.mode, a.hidden, epoch, ls, acc, t_all, dt)
+        curves.record_epoch(rows, a.mode, name, epoch, ls, acc, t_all, dt)
     print(f"max_memory_allocated {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB "
           f"(data set on the GPU included; first step loss {rows[1].split(',')[4]})", flush=True)
     curves.write(a.csv, rows)

@@ -356,6 +356,17 @@ fn deep_persistent_steps_match_cpu_reference() {
     }
     let sizes = [[48, 32, 24, 10], [784, 128, 128, 10], [784, 48, 40, 10]];
     persistent_steps_against_cpu(&g, None, &sizes, &BATCHES);
+    // What it does not take is refused with the reason.
+    for (sizes, batch, why) in [
+        (vec![48, 32, 40, 10], 64, "wider than the first"),
+        (vec![48, 40, 40, 10], 64, "not a multiple of 16"),
+        (vec![48, 32, 32, 10], 200, "above 128"),
+    ] {
+        match persistent::support(&g, &sizes, batch, 4, Accum::F16).unwrap() {
+            Support::No(reason) => assert!(reason.contains(why), "{sizes:?}: {reason}"),
+            Support::Yes(feed) => panic!("{sizes:?} batch {batch} taken by {feed:?}"),
+        }
+    }
 }
 
 /// GPU 0 with embedded PTX `ptx` (by default the newest it runs); `None`, having said why the

@@ -1,6 +1,6 @@
-//! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of a
-//! one-hidden-layer MLP, with a grid barrier and a barrier of each slice's blocks per step
-//! instead of a dozen kernels.
+//! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of an MLP
+//! of one hidden layer (or two: the `deep` variant), with a grid barrier and a barrier of each
+//! slice's blocks per step instead of a dozen kernels.
 use super::model::{Mlp, param_layout};
 use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute};
 use crate::kernels;
@@ -208,8 +208,8 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
 }
 
 /// The hidden widths `host info` sizes the two-layer kernel's shared memory at: the widest
-/// first layer of its slices of 8 units on 132 SMs, rounded down to a k-step.
-const DEEP_SHOWN: usize = 512;
+/// first layer of its slices of 8 units on 132 SMs.
+const DEEP_SHOWN: usize = 528;
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
 /// batch and epochs of `steps` steps on this GPU.
@@ -292,8 +292,10 @@ fn choose_deep(
         )
     } else if batch > MAX_BATCH {
         format!("the batch {batch} is above {MAX_BATCH}, the most of its two-layer kernel")
-    } else if !h1.is_multiple_of(16) || h1 > MAX_DIM {
-        format!("the first hidden width {h1} is not a multiple of 16 up to {MAX_DIM}")
+    } else if !h1.is_multiple_of(16) {
+        format!("the first hidden width {h1} is not a multiple of 16, the second layer's k-step")
+    } else if h1 > MAX_DIM {
+        format!("the first hidden width {h1} is above {MAX_DIM}, the widest input it takes")
     } else if h2 > h1 {
         format!("the second hidden layer ({h2}) is wider than the first ({h1})")
     } else if bytes > gpu.max_smem_optin() {
