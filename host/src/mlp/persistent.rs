@@ -279,7 +279,7 @@ fn choose_deep(
     let bytes = feed.smem_bytes(batch, sizes);
     let why = if !v.exists_in(target) {
         format!(
-            "two hidden layers need its {} kernel, not in {}",
+            "its two-layer kernel is in {}, not in {}",
             v.archs,
             gpu.describe_ptx()
         )
