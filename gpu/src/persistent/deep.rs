@@ -111,6 +111,83 @@ pub(super) mod kernel {
     const P: usize = PAIR;
     const T: usize = tiles(PAIR);
 
+    /// A layer's shares of its gradients for the pair's exchange: dW's words, db's entry, and
+    /// where they went.
+    type Shares<A> = ([[A; 1]; TILES_PER_WARP], f32, Outbox);
+
+    /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
+    /// meetings' counters) and the block's staged W2 columns.
+    #[derive(Clone, Copy)]
+    struct Shared {
+        base: *mut u16,
+        at: Scratch,
+        counters: *mut u32,
+        part: usize,
+        cols: u32,
+    }
+
+    impl Shared {
+        #[inline(always)]
+        fn h1(&self) -> *mut u16 {
+            self.base.wrapping_add(self.at.h1)
+        }
+        #[inline(always)]
+        fn dz2(&self) -> *mut u16 {
+            self.base.wrapping_add(self.at.dz2)
+        }
+        /// The copy of W2 that step `k` reads.
+        #[inline(always)]
+        fn w2(&self, k: u32) -> *mut u16 {
+            self.base.wrapping_add(self.at.w2[k as usize % 2])
+        }
+        /// The counter of meeting `m` (A or B) of the block's half.
+        #[inline(always)]
+        fn meeting(&self, m: usize) -> *mut u32 {
+            self.counters.wrapping_add(meeting_counter(m, self.part))
+        }
+    }
+
+    /// `args` with widths the optimiser cannot see through, from which the blocks' layouts and
+    /// offsets are redone each step and for the write-back: kept for the whole launch, they
+    /// would push the two layers' weights out of registers.
+    #[inline(always)]
+    fn opaque_widths(args: Params) -> Params {
+        let v = opaque(0);
+        Params {
+            batch: args.batch + v,
+            dim: args.dim + v,
+            hidden: args.hidden + v,
+            hidden2: args.hidden2 + v,
+            ..args
+        }
+    }
+
+    /// Whether the block owns its n-tile of the second layer (is not a shadow).
+    #[inline(always)]
+    fn owner(b: &Block) -> bool {
+        b.slice < b.args.hidden2 / UNITS as u32
+    }
+
+    /// The two layers' blocks of the launch with parameters `args`, and what they share.
+    #[inline(always)]
+    fn blocks<F: Row>(args: Params) -> (Block, Block, Shared) {
+        let (batch, hidden, hidden2) = (
+            args.batch as usize,
+            args.hidden as usize,
+            args.hidden2 as usize,
+        );
+        let lay = DeepSmem::of(batch, args.dim as usize, hidden, hidden2);
+        let first = Block::new::<F>(Params { classes: 0, ..args });
+        let shared = Shared {
+            base: args.scratch as *mut u16,
+            at: Scratch::of(batch, hidden, hidden2),
+            counters: args.counters as *mut u32,
+            part: first.part,
+            cols: first.at(lay.w2_cols),
+        };
+        (first, second_block::<F>(args, lay.second_at), shared)
+    }
+
     /// The training loop of the deep kernel (variant `F`, accumulators `A`): the steps of
     /// the module's description.
     #[inline(always)]
@@ -120,91 +197,49 @@ pub(super) mod kernel {
             assert!(v.layers == 2 && v.single() && v.parts == PAIR && v.n == 1);
             assert!(v.clustered(BUILT) && !v.bulk() && !v.w1_copy_in_registers());
         };
-        let lay = DeepSmem::of(
-            args.batch as usize,
-            args.dim as usize,
-            args.hidden as usize,
-            args.hidden2 as usize,
-        );
-        let first = Block::new::<F>(Params { classes: 0, ..args });
-        let second = second_block::<F>(args, lay.second_at);
-        let slices2 = args.hidden2 / UNITS as u32;
-        // Not a shadow: its n-tile of the second layer is its own.
-        let owner = first.slice < slices2;
-        let scratch = Scratch::of(
-            args.batch as usize,
-            args.hidden as usize,
-            args.hidden2 as usize,
-        );
-        let base = args.scratch as *mut u16;
-        let cols = first.at(lay.w2_cols);
+        let (first, second, shared) = blocks::<F>(args);
         let mut w1 = W1::<1, F>::load(&first);
         let mut w2 = W1::<1, F>::load(&second);
         weights::load_small(&first);
         weights::load_small(&second);
         first.clear_unfilled_rows();
         second.clear_unfilled_rows();
-        clear_cols(&first, cols, args.hidden2 as usize);
+        clear_cols(&first, shared.cols, args.hidden2 as usize);
         exchange::open::<P>(&first);
         exchange::open::<P>(&second);
         let mut ring = Ring::start(&first, false);
         let mut copies = fetch::start(&first);
-        let counter =
-            |m: usize| (args.counters as *mut u32).wrapping_add(meeting_counter(m, first.part));
         for k in 0..args.steps {
-            let (b1, b2) = (first.for_step(), second.for_step());
+            let widths = opaque_widths(args);
+            let (b1, b2, shared) = blocks::<F>(widths);
+            let (b1, b2) = (b1.for_step(), b2.for_step());
             let (s1, s2) = (Step::new(&b1, k), Step::new(&b2, k));
-            let w2_copy = base.wrapping_add(scratch.w2[k as usize % 2]);
+            let (slices, slices2) = (widths.hidden / UNITS as u32, widths.hidden2 / UNITS as u32);
+            let owner = owner(&b1);
             if owner && b2.part == 0 {
-                publish_w2(&b2, w2_copy);
+                publish_w2(&b2, shared.w2(k));
             }
             fetch::wait(&b1, &s1, &copies);
             let h1 = forward::hidden::<A, F, T, 1, 1>(&b1, &s1, &mut ring, &w1);
             // The tile warps' H1 rows before other warps publish them.
             sync_threads();
-            publish(&b1, b1.h(0), base.wrapping_add(scratch.h1), b1.j0);
-            grid_barrier(
-                counter(0),
-                args.hidden / UNITS as u32 * (k + 1),
-                sync_threads,
-            );
-            // The second layer: its owners only (shadows meet the grid and the half, and take
-            // dZ2 as every block does).
+            publish(&b1, b1.h(0), shared.h1(), b1.j0);
+            grid_barrier(shared.meeting(0), slices * (k + 1), sync_threads);
             let second_shares = if owner {
-                gather(
-                    &b1,
-                    (s2.x, b2.lay.stride),
-                    base.wrapping_add(scratch.h1),
-                    b1.args.hidden,
-                );
-                copy_labels(&b1, &s1, &s2, b2.lay.stride);
-                cp_async_commit();
-                cp_async_wait::<0>();
-                sync_threads();
-                let h2 = forward::hidden::<A, F, T, 1, 1>(&b2, &s2, &mut ring, &w2);
-                logits::add_partials::<A, T, 1>(&b2, &s2, &h2, false);
-                logits::exchange(&b2, &s2);
-                let part = softmax::cross_entropy::<F>(&b2, &s2);
-                backward::hidden_grad(&b2, &h2);
-                publish(&b2, b2.dh(0), base.wrapping_add(scratch.dz2), b2.j0);
-                barrier_arrive(counter(1), sync_threads);
-                let out2 = Outbox::new::<P>(&b2);
-                let db2 = backward::bias_share::<T, 1>(&b2, &out2);
-                backward::output_grads::<T, 1>(&b2, &out2);
-                let send2 = |theirs: &_| out2.send_dw1(&b2, theirs, b2.peer0);
-                let dw2 = backward::dw1_shares::<A, F, T, 1, 1>(&b2, &s2, &mut ring, send2);
-                softmax::loss_sums(&b2, part);
-                Some((dw2, db2, out2))
+                Some(second_layer::<A, F>(
+                    (&b1, &s1),
+                    (&b2, &s2),
+                    &mut ring,
+                    &w2,
+                    &shared,
+                ))
             } else {
                 logits::exchange(&b2, &s2);
                 None
             };
-            barrier_wait(counter(1), slices2 * (k + 1), sync_threads);
-            input_grad(&b1, &b2, &s2, &h1, (w2_copy, cols));
-            let out1 = Outbox::new::<P>(&b1);
-            let db1 = backward::bias_share::<T, 1>(&b1, &out1);
-            let send1 = |theirs: &_| out1.send_dw1(&b1, theirs, b1.peer0);
-            let dw1 = backward::dw1_shares::<A, F, T, 1, 1>(&b1, &s1, &mut ring, send1);
+            barrier_wait(shared.meeting(1), slices2 * (k + 1), sync_threads);
+            input_grad(&b1, (&b2, &s2), &h1, &shared, k);
+            let (dw1, db1, out1) = shares::<A, F>(&b1, &s1, &mut ring);
             if let Some((dw2, db2, out2)) = second_shares {
                 let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
                 softmax::record_loss(&b2, &s2);
@@ -218,14 +253,58 @@ pub(super) mod kernel {
         }
         // The last step's update before the write-back reads it.
         sync_threads();
+        let (first, second, _) = blocks::<F>(opaque_widths(args));
         if first.part == 0 {
             w1.store(&first);
             weights::store_small(&first);
-            if owner {
+            if owner(&first) {
                 w2.store(&second);
                 weights::store_small(&second);
             }
         }
+    }
+
+    /// The second layer's step up to its shares (its owners only: shadows meet the grid and
+    /// the half, and take dZ2 as every block does): H1 gathered, the forward, the partial
+    /// logits and the grid barrier, the softmax, dZ2 published and meeting B announced, then
+    /// the shares of db2, dW3, db3 and dW2.
+    #[inline(always)]
+    fn second_layer<A: Acc, F: Row>(
+        (b1, s1): (&Block, &Step),
+        (b2, s2): (&Block, &Step),
+        ring: &mut Ring,
+        w2: &W1<1, F>,
+        shared: &Shared,
+    ) -> Shares<A> {
+        gather(b1, (s2.x, b2.lay.stride), shared.h1(), b1.args.hidden);
+        copy_labels(b1, s1, s2, b2.lay.stride);
+        cp_async_commit();
+        cp_async_wait::<0>();
+        sync_threads();
+        let h2 = forward::hidden::<A, F, T, 1, 1>(b2, s2, ring, w2);
+        logits::add_partials::<A, T, 1>(b2, s2, &h2, false);
+        logits::exchange(b2, s2);
+        let part = softmax::cross_entropy::<F>(b2, s2);
+        backward::hidden_grad(b2, &h2);
+        publish(b2, b2.dh(0), shared.dz2(), b2.j0);
+        barrier_arrive(shared.meeting(1), sync_threads);
+        let out = Outbox::new::<P>(b2);
+        let db = backward::bias_share::<T, 1>(b2, &out);
+        backward::output_grads::<T, 1>(b2, &out);
+        let send = |theirs: &_| out.send_dw1(b2, theirs, b2.peer0);
+        let dw = backward::dw1_shares::<A, F, T, 1, 1>(b2, s2, ring, send);
+        softmax::loss_sums(b2, part);
+        (dw, db, out)
+    }
+
+    /// A layer's shares of db and dW from its dH plane (the first layer's: dH1).
+    #[inline(always)]
+    fn shares<A: Acc, F: Row>(b: &Block, s: &Step, ring: &mut Ring) -> Shares<A> {
+        let out = Outbox::new::<P>(b);
+        let db = backward::bias_share::<T, 1>(b, &out);
+        let send = |theirs: &_| out.send_dw1(b, theirs, b.peer0);
+        let dw = backward::dw1_shares::<A, F, T, 1, 1>(b, s, ring, send);
+        (dw, db, out)
     }
 
     /// The second layer's block: its input is H1 (`hidden` wide), its units the n-tile of the
@@ -318,26 +397,27 @@ pub(super) mod kernel {
     /// `dH1[:, s] = dZ2·W2[:, s]` through the ReLU of `h1` (the first layer's H fragments) for
     /// the tile warp's tile, stored fp16 in the first block's dH plane, behind a block barrier.
     /// dZ2 is gathered into the second block's batch buffer (free once its dW2 is done), W2's
-    /// columns of the slice staged from the step's `copy` into `cols`.
+    /// columns of the slice staged from step `k`'s copy.
     #[inline(always)]
     fn input_grad(
         b1: &Block,
-        b2: &Block,
-        s2: &Step,
+        (b2, s2): (&Block, &Step),
         h1: &[[f32; 4]; 1],
-        (copy, cols): (*const u16, u32),
+        shared: &Shared,
+        k: u32,
     ) {
         let width = b1.args.hidden2 as usize;
         // Rows of whole k-steps (a width of 24 has 32 columns), and at most H1's.
         let stride = row_stride(width.next_multiple_of(16));
-        let dz2 = (b1.args.scratch as *const u16)
-            .wrapping_add(Scratch::of(b1.args.batch as usize, b1.args.hidden as usize, width).dz2);
-        gather(b2, (s2.x, stride), dz2, width as u32);
-        let (pieces, row) = (width / 8, cols_row(width));
+        gather(b2, (s2.x, stride), shared.dz2(), width as u32);
+        let (pieces, row, cols) = (width / 8, cols_row(width), shared.cols);
         let mut i = b1.tid;
         while i < UNITS * pieces {
             let (u, c) = (i / pieces, i % pieces);
-            let src = copy.wrapping_add((b1.j0 as usize + u) * width + 8 * c) as *const u8;
+            let src = shared
+                .w2(k)
+                .wrapping_add((b1.j0 as usize + u) * width + 8 * c)
+                as *const u8;
             cp_async_16_whole(cols + (u * row + 16 * c) as u32, src);
             i += THREADS;
         }

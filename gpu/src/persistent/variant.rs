@@ -237,8 +237,9 @@ macro_rules! persistent_variants {
             (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -, 1),
             (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -, 1),
             // Hopper, two hidden layers: one buffer of half the batch for the first layer's
-            // slices of 8 units, over which the second layer's n-tiles are dealt (`deep`).
-            (deep, Single, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -, 2),
+            // slices of 8 units, over which the second layer's n-tiles are dealt (`deep`);
+            // fp32 accumulators beside two layers' state need more registers than a thread has.
+            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2),
             // Hopper, past what the registers hold of W1's state.
             (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
