@@ -45,28 +45,15 @@ pub fn fence_proxy_async_global() {
 /// Every block counted by `counter` arrives; returns when it reaches `target` (arrivals per
 /// round times the rounds done so far: its owner zeroes it before the launch). All blocks must
 /// be resident at once (a cooperative launch). `sync` is the barrier of the block's threads
-/// that take part (thread 0 among them).
-///
-/// Thread 0 polls with acquire loads, which order what follows without a fence after the loop;
-/// the fence before the arrival makes the block's earlier writes visible to every block that
-/// sees the count.
+/// that take part (thread 0 among them). Thread 0 announces and polls ([`announce`],
+/// [`poll`]) within warp 0's branch.
 #[inline(always)]
 pub fn grid_barrier(counter: *mut u32, target: u32, sync: fn()) {
     sync();
     if thread_x() < 32 {
         if thread_x() == 0 {
-            unsafe {
-                asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
-                     c = in(reg64) counter, options(nostack));
-                loop {
-                    let v: u32;
-                    asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
-                         v = out(reg32) v, c = in(reg64) counter, options(nostack));
-                    if v >= target {
-                        break;
-                    }
-                }
-            }
+            announce(counter);
+            poll(counter, target);
         }
         // The rest of warp 0 waits here for lane 0, so the warp reaches the block barrier
         // whole: `bar.sync` counts warps, and a warp arriving split would be counted for the
@@ -76,41 +63,52 @@ pub fn grid_barrier(counter: *mut u32, target: u32, sync: fn()) {
     sync();
 }
 
-/// [`grid_barrier`] in two halves, for a block that has work to do between announcing its
-/// arrival and needing the others': [`barrier_arrive`] counts the block at `counter` (after
-/// `sync`, the barrier of its threads, and a fence that publishes their earlier writes),
-/// [`barrier_wait`] returns when the count reaches `target`.
+/// [`grid_barrier`]'s first half, for a block with work to do between announcing its arrival
+/// and needing the others': after `sync`, the barrier of its threads, thread 0 announces.
 #[inline(always)]
 pub fn barrier_arrive(counter: *mut u32, sync: fn()) {
     sync();
     if thread_x() == 0 {
-        unsafe {
-            asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
-                 c = in(reg64) counter, options(nostack));
-        }
+        announce(counter);
     }
 }
 
-/// The second half of [`barrier_arrive`]: thread 0 polls with acquire loads, the rest of warp 0
-/// waits for it (so the warp reaches `sync` whole), then `sync`.
+/// [`grid_barrier`]'s second half: returns when the count reaches `target`.
 #[inline(always)]
 pub fn barrier_wait(counter: *mut u32, target: u32, sync: fn()) {
     if thread_x() < 32 {
         if thread_x() == 0 {
-            loop {
-                let v: u32;
-                unsafe {
-                    asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
-                         v = out(reg32) v, c = in(reg64) counter, options(nostack));
-                }
-                if v >= target {
-                    break;
-                }
-            }
+            poll(counter, target);
         }
         sync_warp();
     }
     sync();
+}
+
+/// Adds this block's arrival to `counter`, after a fence that makes the block's earlier writes
+/// visible to every block that sees the count.
+#[inline(always)]
+fn announce(counter: *mut u32) {
+    unsafe {
+        asm!("fence.acq_rel.gpu;", "red.relaxed.gpu.global.add.u32 [{c}], 1;",
+             c = in(reg64) counter, options(nostack));
+    }
+}
+
+/// Spins until `counter` reaches `target`, with acquire loads, which order what follows
+/// without a fence after the loop.
+#[inline(always)]
+fn poll(counter: *mut u32, target: u32) {
+    loop {
+        let v: u32;
+        unsafe {
+            asm!("ld.acquire.gpu.global.u32 {v}, [{c}];",
+                 v = out(reg32) v, c = in(reg64) counter, options(nostack));
+        }
+        if v >= target {
+            break;
+        }
+    }
 }
 
 /// Lets a kernel launched after this one as a dependent launch start before this grid ends:
