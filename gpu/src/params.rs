@@ -149,7 +149,7 @@ pub struct RegressionReduceUpdate {
     pub step: RegressionStep,
 }
 
-/// The parameters of `mlp1_persistent_shuffle`: rows `0..count` of the epoch keyed `seed` of a
+/// The parameters of `mlp_persistent_shuffle`: rows `0..count` of the epoch keyed `seed` of a
 /// training set of `n` examples, in the layout the persistent kernel copies.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

@@ -31,7 +31,7 @@ kernels! {
     BIAS_ACT_F16 = "bias_act_f16", sm 75;
     /// The shuffle of the persistent kernel's epochs (its variants' names come from
     /// `gpu::persistent::VARIANTS`).
-    PERSISTENT_SHUFFLE = "mlp1_persistent_shuffle", sm 75;
+    PERSISTENT_SHUFFLE = "mlp_persistent_shuffle", sm 75;
     /// The roof of the GEMM ladder, per instruction K and accumulator.
     ROOF_K8_F16 = "mma_roof_k8_f16", sm 75;
     ROOF_K8_F32 = "mma_roof_k8_f32", sm 75;
@@ -101,7 +101,7 @@ mod tests {
         for p in EMBEDDED {
             let exported: Vec<_> = crate::ptx::kernels(p.source)
                 .into_iter()
-                .filter(|n| n.starts_with("mlp1_persistent_") && *n != PERSISTENT_SHUFFLE)
+                .filter(|n| n.starts_with("mlp_persistent_") && *n != PERSISTENT_SHUFFLE)
                 .map(String::from)
                 .collect();
             let mut named = persistent_kernels(p);

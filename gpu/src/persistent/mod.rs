@@ -136,7 +136,7 @@ const _: () = assert!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
-    /// The epoch's examples in shuffled order as the kernel `mlp1_persistent_shuffle` writes
+    /// The epoch's examples in shuffled order as the kernel `mlp_persistent_shuffle` writes
     /// them: [`row_stride`] bytes a row, the features, then the label.
     pub batches: u64,
     /// Every parameter: fp32 master values, their fp16 copy, SGD momentum.
@@ -375,7 +375,7 @@ mod kernel {
 
     /// Exports every row of [`persistent_variants!`](crate::persistent_variants) that this PTX
     /// has (its `from`/`only` column as a `cfg`), one kernel per accumulator of the row, named
-    /// `mlp1_persistent_{name}_{f16|f32}`: [`train`], for W1's state in global memory the
+    /// `mlp_persistent_{name}_{f16|f32}`: [`train`], for W1's state in global memory the
     /// offchip kernel's loop, for two hidden layers the deep kernel's.
     macro_rules! export {
         ($(($name:ident, $batch:ident, $parts:tt, $most:tt, $n:tt, $w1:ident, $logits:ident,
@@ -405,19 +405,19 @@ mod kernel {
             };
         };
         (@kernel $name:ident, Global, 1, $acc:ident) => {
-            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe { super::offchip::train::<Kernel, { Kernel::V.n }>(args) }
             }
         };
         (@kernel $name:ident, $w1:ident, 2, $acc:ident) => {
-            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe { super::deep::kernel::train::<accumulator!($acc), Kernel>(args) }
             }
         };
         (@kernel $name:ident, $w1:ident, 1, $acc:ident) => {
-            #[unsafe(export_name = concat!("mlp1_persistent_", stringify!($name), "_", stringify!($acc)))]
+            #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
             unsafe extern "ptx-kernel" fn $acc(args: Params) {
                 unsafe {
                     train::<accumulator!($acc), Kernel, { Kernel::V.parts }, { Kernel::V.tiles() }, { Kernel::V.n }, { Kernel::V.owned() }>(args)

@@ -11,7 +11,7 @@ use crate::shuffle::permute;
 /// copy fetches, labels included. A warp per row (grid-stride, so any grid covers them), 16
 /// bytes a lane and access; `dim` is a multiple of 16, as the training kernel needs (then
 /// the stride is the features and one 16-byte piece for the label).
-#[unsafe(export_name = "mlp1_persistent_shuffle")]
+#[unsafe(export_name = "mlp_persistent_shuffle")]
 unsafe extern "ptx-kernel" fn shuffle(p: PersistentShuffle) {
     let (x, y, out) = (p.x as *const u16, p.y as *const u8, p.out as *mut u8);
     let (n, dim, seed, count) = (p.n, p.dim, p.seed, p.count);

@@ -57,7 +57,7 @@ pub struct Archs {
 /// One variant of the persistent kernel (a row of [`VARIANTS`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Variant {
-    /// The row's name: its kernels are exported as `mlp1_persistent_{name}_{f16|f32}`.
+    /// The row's name: its kernels are exported as `mlp_persistent_{name}_{f16|f32}`.
     pub name: &'static str,
     pub batch: Batch,
     /// Blocks per slice of hidden units, each with its part of the batch: 2 (a pair, on Hopper
@@ -174,7 +174,7 @@ impl Variant {
     /// Its kernel's exported name with accumulator `acc`, if it has one.
     pub fn kernel(&self, acc: Accum) -> Option<String> {
         self.has(acc)
-            .then(|| format!("mlp1_persistent_{}_{}", self.name, acc.suffix()))
+            .then(|| format!("mlp_persistent_{}_{}", self.name, acc.suffix()))
     }
 
     /// How the first line of a run names it, after the block count.

@@ -547,7 +547,7 @@ impl Persistent {
     /// Queues the shuffle of an epoch (keyed by `seed`) of the training set `x`/`y` (`n`
     /// examples) into buffer `buf`: its rows in the order the steps take them, each with its
     /// label, so that a block's rows of a step are one run of memory (the kernel
-    /// `mlp1_persistent_shuffle`). Queued on the GPU's stream, or given an `ahead` mark on a
+    /// `mlp_persistent_shuffle`). Queued on the GPU's stream, or given an `ahead` mark on a
     /// stream of its own, after the point the mark was taken at. A shuffle ahead is queued
     /// after the training launch it runs beside: queued before it on an idle GPU, its blocks
     /// take SMs first, and a launch that needs nearly every SM waits for the whole shuffle. It
