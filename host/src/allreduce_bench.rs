@@ -8,8 +8,8 @@
 //! Each row is timed as a step replays it: a CUDA graph of [`CALLS`] repetitions, replayed once
 //! all ranks are ready; the median over the replays, divided by the repetitions.
 use crate::cuda::{Gpu, GpuOptions, dptr};
-use crate::mlp::model::param_layout;
 use crate::mlp::parallel::{Meeting, first_error, on_each_rank};
+use crate::mlp::params::param_layout;
 use crate::mlp::reduce::{param_ranges, split_units};
 use crate::nccl::{Comm, UniqueId};
 use anyhow::{Context, Result, ensure};

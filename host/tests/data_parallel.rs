@@ -7,8 +7,8 @@ use binary::host_binary;
 use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
-use host::mlp::model::init_params;
-use host::mlp::split::Parallel;
+use host::mlp::options::Parallel;
+use host::mlp::params::init_params;
 use host::mlp::{Epoch, Options, checkpoint, train, train_data_parallel};
 use std::process::Command;
 

@@ -1,6 +1,6 @@
 //! Weights as safetensors, loadable by PyTorch: `fc{l}.weight` `[out, in]` and `fc{l}.bias`
 //! `[out]`, fp32, for l = 1…layers (the names `bench/pytorch/mnist_mlp.py` uses).
-use super::model::param_layout;
+use super::params::param_layout;
 use anyhow::{Context, Result, bail, ensure};
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use std::path::Path;

@@ -12,6 +12,7 @@ mod metrics;
 pub mod model;
 pub mod options;
 pub mod parallel;
+pub mod params;
 pub mod persistent;
 pub mod reduce;
 pub mod reference;

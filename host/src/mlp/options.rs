@@ -1,9 +1,7 @@
 //! A training run's options: each data set's defaults, which the command line shows and falls
 //! back to and the library starts from, and the checks that refuse bad ones before any GPU
 //! work.
-use super::model::Init;
-use super::reduce::MAX_PIECES;
-use super::split::{self, Parallel};
+use super::params::Init;
 use crate::gemm::Version;
 use anyhow::{Result, ensure};
 use gpu::gemm::Accum;
@@ -53,10 +51,22 @@ pub struct Options {
     /// GPUs to train on, sharing each step as [`parallel`](Options::parallel) says.
     pub gpus: usize,
     /// Pieces each data-parallel replica sums its gradients in, each summed as soon as it is
-    /// made ([`reduce`](super::reduce)); `None`: one.
+    /// made (`mlp::reduce`); `None`: one.
     pub reduce_pieces: Option<usize>,
-    /// How several GPUs share a step ([`split`]); `None`: the host's choice.
+    /// How several GPUs share a step; `None`: the host's choice ([`Options::sharing`]).
     pub parallel: Option<Parallel>,
+}
+
+/// Most pieces a replica's gradient sum is split into (`--reduce-pieces`).
+pub const MAX_PIECES: usize = 16;
+
+/// How `--gpus` GPUs share a step (the tensor-parallel model's blocks are `Split`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Parallel {
+    /// A share of the batch a GPU; every gradient summed.
+    Data,
+    /// A block of hidden units a GPU; the logits summed.
+    Tensor,
 }
 
 impl Options {
@@ -99,6 +109,33 @@ impl Options {
     }
 }
 
+impl Options {
+    /// How the run's GPUs share a step: `--parallel`, else tensor parallel wherever it applies
+    /// (a summed gradient of every parameter outlasts the step it should shorten at every shape
+    /// measured; `docs/parallel.md`). A run of several GPUs settles it once, at its start
+    /// ([`Options::settled`]), and hands every rank the settled options.
+    pub fn sharing(&self) -> Parallel {
+        self.parallel.unwrap_or(if self.splits_hidden() {
+            Parallel::Tensor
+        } else {
+            Parallel::Data
+        })
+    }
+
+    /// These options with [`Options::sharing`]'s answer written into `parallel`.
+    pub fn settled(&self) -> Options {
+        Options {
+            parallel: Some(self.sharing()),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the hidden layers split over the run's GPUs: one layer, of a width they divide.
+    fn splits_hidden(&self) -> bool {
+        self.hidden.len() == 1 && self.hidden[0].is_multiple_of(self.gpus)
+    }
+}
+
 impl Default for Options {
     /// What `host mnist` runs with no flags.
     fn default() -> Options {
@@ -132,8 +169,17 @@ pub fn validate(o: &Options) -> Result<()> {
     );
     ensure!(o.print_every > 0, "--print-every must be positive");
     ensure!(o.gpus > 0, "--gpus must be at least 1");
-    split::validate(o)?;
-    let data_parallel = o.gpus > 1 && split::parallel(o) == Parallel::Data;
+    ensure!(
+        o.parallel != Some(Parallel::Tensor) || o.splits_hidden(),
+        "--parallel tensor splits one hidden layer into equal blocks of units, one a GPU: --hidden {} over {} GPUs does not",
+        o.hidden
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        o.gpus
+    );
+    let data_parallel = o.gpus > 1 && o.sharing() == Parallel::Data;
     if let Some(p) = o.reduce_pieces {
         ensure!(
             (1..=MAX_PIECES).contains(&p),
@@ -283,5 +329,33 @@ mod tests {
         assert_eq!((m.hidden, m.epochs, m.batch), (vec![128], 10, 128));
         assert_eq!((i.hidden, i.epochs, i.batch), (vec![5], 100, 16));
         assert!(validate(&Options::mnist()).is_ok() && validate(&Options::iris()).is_ok());
+    }
+
+    #[test]
+    fn the_host_splits_one_hidden_layer_that_divides_and_nothing_else() {
+        let o = |hidden: Vec<usize>, gpus| Options {
+            hidden,
+            gpus,
+            ..Options::default()
+        };
+        assert_eq!(o(vec![4096], 2).sharing(), Parallel::Tensor);
+        assert_eq!(o(vec![4096], 3).sharing(), Parallel::Data);
+        assert_eq!(o(vec![512, 256], 2).sharing(), Parallel::Data);
+        let forced = Options {
+            parallel: Some(Parallel::Tensor),
+            ..o(vec![512, 256], 2)
+        };
+        let e = validate(&forced).unwrap_err().to_string();
+        assert!(e.contains("--hidden 512,256 over 2 GPUs"), "{e}");
+        // A width the GPUs do not divide trains data parallel, its batch split evenly.
+        let data = Options {
+            batch: 126,
+            ..o(vec![100], 3)
+        };
+        assert!(validate(&data).is_ok());
+        // Settled once, the choice is carried: the same options give the same answer.
+        let settled = o(vec![4096], 2).settled();
+        assert_eq!(settled.parallel, Some(Parallel::Tensor));
+        assert_eq!(settled.settled().parallel, Some(Parallel::Tensor));
     }
 }

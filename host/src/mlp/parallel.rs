@@ -9,9 +9,8 @@
 //! unique id and the rank passes between ranks, so both run the same replica.
 use super::data::Dataset;
 use super::launched::Launched;
-use super::options::{Options, validate};
+use super::options::{Options, Parallel, validate};
 use super::shape::StepShape;
-use super::split::{Parallel, parallel};
 use super::train::{Epoch, Trainer};
 use crate::cuda::{Gpu, GpuOptions, dptr};
 use crate::nccl::{self, Comm, UniqueId};
@@ -31,6 +30,7 @@ pub fn train_data_parallel(
     ds: &Dataset,
 ) -> Result<Vec<Epoch>> {
     validate(o)?;
+    let o = &o.settled();
     let world = o.gpus;
     let present = Gpu::count()?;
     ensure!(
@@ -87,7 +87,7 @@ fn replica(
 /// The line that says how the run's `o.gpus` ranks (`what`: GPUs, processes) share a step.
 fn sharing(o: &Options, ds: &Dataset, what: &str) -> Result<String> {
     let (world, version) = (o.gpus, nccl::describe()?);
-    Ok(match parallel(o) {
+    Ok(match o.sharing() {
         Parallel::Data => format!(
             "data parallel over {world} {what} through NCCL {version}: {} rows of each batch per GPU",
             StepShape::new(o.batch, ds.train.count, world).rows
@@ -105,7 +105,7 @@ fn rank_options(rank: usize, o: &Options) -> Options {
     if rank == 0 {
         return o.clone();
     }
-    let takes_part = parallel(o) == Parallel::Tensor;
+    let takes_part = o.sharing() == Parallel::Tensor;
     Options {
         quiet: true,
         metrics: None,
@@ -131,7 +131,8 @@ pub fn train_launched(
     let o = Options {
         gpus: l.world,
         ..o.clone()
-    };
+    }
+    .settled();
     let o = rank_options(l.rank, &o);
     validate(&o)?;
     if !o.quiet {

@@ -6,8 +6,9 @@
 //! every other parameter (b1, W2, …: they follow W1 in the flat buffer), made beside W1's.
 //!
 //! One piece is one sum of the whole buffer after the backward pass and one update.
-use super::model::{Mlp, param_layout};
+use super::model::Mlp;
 use super::options::Options;
+use super::params::param_layout;
 use crate::cuda::{Gpu, SideStream};
 use crate::gemm::SgdStep;
 use crate::nccl::Comm;
@@ -15,9 +16,6 @@ use anyhow::Result;
 use cudarc::driver::CudaEvent;
 use half::f16;
 use std::ops::Range;
-
-/// Most pieces a sum is split into.
-pub const MAX_PIECES: usize = 16;
 
 /// Output units of the first layer a piece holds a whole number of: its rows of the gradient
 /// start 16-byte aligned for the GEMM's copies, and its parameters 64-element aligned as every

@@ -1,5 +1,5 @@
 //! CPU fp32 reference of one forward/backward pass, for testing the GPU's gradients.
-use super::model::param_layout;
+use super::params::param_layout;
 
 /// Mean softmax cross-entropy of `x` (`rows × sizes[0]`) and its gradient for every parameter,
 /// in the flat layout of [`param_layout`]. Weights are used as given (pass fp16-rounded values

@@ -5,51 +5,7 @@
 //! parameters' and nothing but the logits is summed, rows × classes values a step instead of
 //! every parameter. Rank 0 alone holds the logits' bias (the others hold zeros, which they never
 //! step), so the sum of the ranks' partial logits adds it once.
-use super::model::param_layout;
-use super::options::Options;
-use anyhow::{Result, ensure};
-
-/// How `--gpus` GPUs share a step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Parallel {
-    /// A share of the batch a GPU; every gradient summed.
-    Data,
-    /// A block of hidden units a GPU; the logits summed.
-    Tensor,
-}
-
-/// `--parallel`, else the host's choice for a run of `o`: tensor parallel wherever it applies
-/// (a summed gradient of every parameter outlasts the step it should shorten at every shape
-/// measured; `docs/parallel.md`).
-pub fn parallel(o: &Options) -> Parallel {
-    o.parallel.unwrap_or(if tensor_applies(o) {
-        Parallel::Tensor
-    } else {
-        Parallel::Data
-    })
-}
-
-/// Whether the hidden layers of `o` split over its GPUs: one layer, of a width they divide.
-fn tensor_applies(o: &Options) -> bool {
-    o.hidden.len() == 1 && o.hidden[0].is_multiple_of(o.gpus)
-}
-
-/// Refuses `--parallel tensor` where the model does not split.
-pub fn validate(o: &Options) -> Result<()> {
-    if o.parallel == Some(Parallel::Tensor) {
-        ensure!(
-            tensor_applies(o),
-            "--parallel tensor splits one hidden layer into equal blocks of units, one a GPU: --hidden {} over {} GPUs does not",
-            o.hidden
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
-            o.gpus
-        );
-    }
-    Ok(())
-}
+use super::params::param_layout;
 
 /// Rank `rank`'s block of a one-hidden-layer model split over `world` GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,24 +128,5 @@ mod tests {
         assert_eq!(p[lo[1].1..lo[1].1 + 2], [0.0, 0.0]);
         let r0 = Split { rank: 0, world: 2 }.local_params(&sizes, &full);
         assert_eq!(r0[lo[1].1..lo[1].1 + 2], full[fo[1].1..fo[1].1 + 2]);
-    }
-
-    #[test]
-    fn the_host_splits_one_hidden_layer_that_divides_and_nothing_else() {
-        let o = |hidden: Vec<usize>, gpus| Options {
-            hidden,
-            gpus,
-            ..Options::default()
-        };
-        assert_eq!(parallel(&o(vec![4096], 2)), Parallel::Tensor);
-        assert_eq!(parallel(&o(vec![4096], 3)), Parallel::Data);
-        assert_eq!(parallel(&o(vec![512, 256], 2)), Parallel::Data);
-        let forced = Options {
-            parallel: Some(Parallel::Tensor),
-            ..o(vec![512, 256], 2)
-        };
-        let e = validate(&forced).unwrap_err().to_string();
-        assert!(e.contains("--hidden 512,256 over 2 GPUs"), "{e}");
-        assert!(validate(&o(vec![100], 3)).is_ok());
     }
 }

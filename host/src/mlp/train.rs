@@ -7,11 +7,12 @@ use super::engine::{Choice, Engine, graph_steps};
 use super::layer;
 use super::metrics::{Metrics, progress_bar};
 use super::model::{self, Mlp};
-use super::options::{Options, validate};
+use super::options::{Options, Parallel, validate};
+use super::params;
 use super::persistent::Persistent;
 use super::reduce::{Reduction, pieces};
 use super::shape::{EvalShape, StepShape};
-use super::split::{self, Parallel, Split, parallel};
+use super::split::{self, Split};
 use crate::cuda::{Arena, Gpu, dptr};
 use crate::gemm::SgdStep;
 use crate::nccl::Comm;
@@ -108,10 +109,10 @@ impl<'a> Trainer<'a> {
         ensure_parameters_fit(gpu, &sizes)?;
         let params = match &o.load {
             Some(p) => checkpoint::load(p, &sizes)?,
-            None => model::init_params(&sizes, o.init, o.seed),
+            None => params::init_params(&sizes, o.init, o.seed),
         };
         let split = comm
-            .filter(|_| parallel(o) == Parallel::Tensor)
+            .filter(|_| o.sharing() == Parallel::Tensor)
             .map(|c| Split {
                 rank: c.rank(),
                 world: c.world(),
