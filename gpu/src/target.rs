@@ -1,6 +1,7 @@
 //! The architecture a PTX module is built for, as one type that the kernels (through
 //! `BUILT`) and the host (for the module it loads) ask the same questions of: which
-//! instructions it has. Nothing else in the project compares architecture numbers.
+//! instructions it has; and [`ARCHS`], what the project knows of each GPU it tunes for. Nothing
+//! else in the project compares architecture numbers.
 
 /// An architecture as `GPU_ARCHS` and `--ptx` write it: `sm_80`, or `sm_90a`, the
 /// architecture-specific PTX of compute capability 9.0 (`wgmma`), which runs on 9.0 alone.
@@ -58,7 +59,90 @@ impl Target {
     pub const fn wgmma(self) -> bool {
         self.specific && self.sm == 90
     }
+
+    /// Whether this architecture is one of `min` to `max` (compute capabilities ×10): the
+    /// generations a kernel is compiled for.
+    pub const fn among(self, min: u32, max: u32) -> bool {
+        min <= self.sm && self.sm <= max
+    }
 }
+
+/// One GPU the project tunes for: a compute capability, with the facts of it that the host's
+/// choices and the kernels' layouts depend on. Devices report these at run time too; the table
+/// is what the CPU tests, `host gemm --list` and the per-GPU preferences read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arch {
+    /// Compute capability ×10: 75, 80, 86, 89, 90.
+    pub sm: u32,
+    /// The GPUs of this compute capability, in words.
+    pub gpus: &'static str,
+    /// Dynamic shared memory one block may have after opting in, in bytes.
+    pub smem_per_block: usize,
+}
+
+/// Every GPU the project tunes for, oldest first. GPUs that share a PTX (sm_80 PTX runs on
+/// all of 80, 86 and 89) differ in shared memory, so the host's choices differ too.
+pub const ARCHS: &[Arch] = &[
+    Arch {
+        sm: 75,
+        gpus: "Turing (T4, RTX 20)",
+        smem_per_block: 64 * 1024,
+    },
+    Arch {
+        sm: 80,
+        gpus: "A100, A30",
+        smem_per_block: 163 * 1024,
+    },
+    Arch {
+        sm: 86,
+        gpus: "RTX 30, A10, A40",
+        smem_per_block: 99 * 1024,
+    },
+    Arch {
+        sm: 89,
+        gpus: "Ada (L4, L40, RTX 40)",
+        smem_per_block: 99 * 1024,
+    },
+    Arch {
+        sm: 90,
+        gpus: "Hopper (H100, H200)",
+        smem_per_block: 227 * 1024,
+    },
+];
+
+impl Arch {
+    /// The row of compute capability `sm` (×10). Panics at compile time in a `const` when
+    /// there is none, so a layout test names only GPUs of the table.
+    pub const fn of(sm: u32) -> &'static Arch {
+        let mut i = 0;
+        while i < ARCHS.len() {
+            if ARCHS[i].sm == sm {
+                return &ARCHS[i];
+            }
+            i += 1;
+        }
+        panic!("no such GPU in ARCHS")
+    }
+
+    /// The row of compute capability `sm` (×10), if the table has one.
+    pub fn find(sm: u32) -> Option<&'static Arch> {
+        ARCHS.iter().find(|a| a.sm == sm)
+    }
+
+    /// Shared memory a block may have, in KiB.
+    pub const fn smem_kib(&self) -> usize {
+        self.smem_per_block / 1024
+    }
+
+    /// Whether PTX built for `target` runs on this GPU.
+    pub const fn runs(&self, target: Target) -> bool {
+        target.runs_on(self.sm)
+    }
+}
+
+/// Hopper's shared memory a block may have, in bytes: the room the Hopper-only layouts are
+/// sized for.
+pub const HOPPER_SMEM: usize = Arch::of(90).smem_per_block;
 
 #[cfg(not(target_arch = "nvptx64"))]
 impl std::fmt::Display for Target {
@@ -102,5 +186,15 @@ mod tests {
         assert!(t80.runs_on(86) && t80.runs_on(90) && !t80.runs_on(75));
         assert!(t90a.runs_on(90) && !t90a.runs_on(100));
         assert_eq!(t90a.to_string(), "sm_90a");
+    }
+
+    #[test]
+    fn the_table_knows_each_gpus_shared_memory_and_ptx() {
+        let kib: Vec<_> = ARCHS.iter().map(|a| (a.sm, a.smem_kib())).collect();
+        assert_eq!(kib, [(75, 64), (80, 163), (86, 99), (89, 99), (90, 227)]);
+        assert_eq!(HOPPER_SMEM, 232_448);
+        assert!(Arch::of(86).runs(Target::SM80) && !Arch::of(80).runs(Target::SM90));
+        assert!(Arch::find(70).is_none());
+        assert!(ARCHS.windows(2).all(|w| w[0].sm < w[1].sm));
     }
 }

@@ -447,13 +447,13 @@ pub(super) mod kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::HOPPER_SMEM;
 
     /// The layouts of the design doc's models: the two layers' regions in order, each past
     /// the last, within Hopper's 227 KiB a block up to 784-528-528 (the widest first layer of
     /// slices of 8 on 132 SMs).
     #[test]
     fn deep_layouts_fit_hopper() {
-        const HOPPER: usize = 232_448;
         for (h1, h2, bytes) in [
             (128, 128, 168_224),
             (512, 256, 225_568),
@@ -468,7 +468,7 @@ mod tests {
             assert!(l.first.bytes <= l.second_at && l.second_at + l.second.bytes <= l.w2_cols);
             assert!(l.second_at.is_multiple_of(128) && l.w2_cols.is_multiple_of(16));
             assert_eq!(l.bytes, bytes, "{h1}-{h2}");
-            assert!(l.bytes <= HOPPER, "{h1}-{h2}");
+            assert!(l.bytes <= HOPPER_SMEM, "{h1}-{h2}");
         }
         // dZ2's rows, of whole k-steps, fit in H1's rows of the second layer's buffer.
         for (h1, h2) in [(32, 24), (48, 40), (128, 128), (512usize, 504usize)] {

@@ -231,6 +231,7 @@ impl Smem {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::{Arch, HOPPER_SMEM};
 
     /// Every buffer starts on a 16-byte boundary (`ldmatrix` rows, `cp.async` and 16-byte
     /// stores need it), the buffers follow each other without overlap, and a batch row spans
@@ -293,21 +294,22 @@ mod tests {
     /// registers.
     #[test]
     fn mnist_streams_through_every_generation() {
-        for (kib, stages) in [(64, 2), (99, 4), (163, MAX_STAGES)] {
+        let room = |sm| Arch::of(sm).smem_per_block;
+        for (sm, stages) in [(75, 2), (86, 4), (80, MAX_STAGES)] {
             assert!(
-                Smem::streamed(128, 784, stages).bytes <= kib * 1024,
-                "{kib} KiB"
+                Smem::streamed(128, 784, stages).bytes <= room(sm),
+                "sm_{sm}"
             );
         }
-        assert!(Smem::streamed(128, 784, 5).bytes > 99 * 1024);
+        assert!(Smem::streamed(128, 784, 5).bytes > room(86));
         let whole = |buffers, parts, registers| Smem::whole(128, 784, buffers, parts, registers);
-        assert!(whole(2, PAIR, false).bytes > 163 * 1024);
-        for (parts, registers, kib) in [(2, false, 163), (4, false, 99), (4, true, 64)] {
+        assert!(whole(2, PAIR, false).bytes > room(80));
+        for (parts, registers, sm) in [(2, false, 80), (4, false, 86), (4, true, 75)] {
             let single = whole(1, parts, registers).bytes;
-            assert!(single <= kib * 1024, "{parts} parts in {kib} KiB");
-            assert!(whole(1, parts / 2, false).bytes > kib * 1024);
+            assert!(single <= room(sm), "{parts} parts on sm_{sm}");
+            assert!(whole(1, parts / 2, false).bytes > room(sm));
         }
-        assert!(whole(1, 4, false).bytes > 64 * 1024);
+        assert!(whole(1, 4, false).bytes > room(75));
     }
 
     /// The default MNIST model fits an H100's 227 KB per block, and so do the wide variants'
@@ -316,14 +318,18 @@ mod tests {
     fn mnist_fits_an_h100() {
         let m = variant("whole").smem(128, 784, 0);
         assert_eq!(m.rows, 64);
-        assert!(m.bytes <= 232_448, "{} bytes", m.bytes);
+        assert!(m.bytes <= HOPPER_SMEM, "{} bytes", m.bytes);
         let wide = VARIANTS.iter().filter(|v| v.n > 1 && !v.ring());
         assert_eq!(wide.clone().count(), 2);
         for n in wide.map(|v| v.n) {
             let wide = Smem::wide(128, 784, n);
-            assert!(wide.bytes <= 232_448, "{n} n-tiles: {} bytes", wide.bytes);
+            assert!(
+                wide.bytes <= HOPPER_SMEM,
+                "{n} n-tiles: {} bytes",
+                wide.bytes
+            );
             let two = wide.bytes + wide.rows * wide.stride;
-            assert!(two > 232_448, "{n} n-tiles: two buffers fit");
+            assert!(two > HOPPER_SMEM, "{n} n-tiles: two buffers fit");
         }
     }
 
@@ -336,7 +342,7 @@ mod tests {
         assert_eq!(m(4).rows, 128);
         assert_eq!(m(4).bytes, 221_984);
         assert!(
-            m(5).bytes > 232_448,
+            m(5).bytes > HOPPER_SMEM,
             "{} bytes with five stages",
             m(5).bytes
         );

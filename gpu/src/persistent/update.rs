@@ -11,13 +11,13 @@ use super::owners::{bias_unit, w2_element};
 use super::weights::{W1, set_w2_half};
 use super::*;
 use crate::arch::*;
-use core::intrinsics::fmaf32;
+use crate::gemm::momentum_step;
 
-/// One SGD-with-momentum step of one parameter; returns the new weight.
+/// One SGD-with-momentum step of one parameter ([`momentum_step`], the rule of every engine);
+/// returns the new weight.
 #[inline(always)]
 pub fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
-    *v = fmaf32(b.args.momentum, *v, g);
-    *w = fmaf32(-b.args.lr, *v, *w);
+    (*w, *v) = momentum_step(b.args.lr, b.args.momentum, *w, *v, g);
     *w
 }
 

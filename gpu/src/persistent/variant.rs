@@ -86,7 +86,7 @@ pub struct Variant {
 impl Variant {
     /// Whether PTX built for `target` exports this variant.
     pub const fn exists_in(&self, target: Target) -> bool {
-        self.archs.min <= target.sm && target.sm <= self.archs.max
+        target.among(self.archs.min, self.archs.max)
     }
     pub const fn has(&self, acc: Accum) -> bool {
         let mut i = 0;
