@@ -7,7 +7,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use gpu::gemm::Accum;
 use host::gemm::Version;
 use host::mlp::Options;
-use host::mlp::split::Parallel;
+use host::mlp::options::Parallel;
 use host::ptx;
 use std::path::PathBuf;
 
@@ -223,7 +223,7 @@ pub struct TrainFlags {
     pub momentum: Option<f32>,
     /// Initialisation of the weights.
     #[arg(long, value_enum)]
-    pub init: Option<host::mlp::model::Init>,
+    pub init: Option<host::mlp::params::Init>,
     /// Seed of the initial weights, the shuffles and (Iris) the split.
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
@@ -325,6 +325,21 @@ pub struct GemmArgs {
     /// Also write the table as CSV.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// After the table, rank the rows of each size that computed it correctly, say how far the
+    /// host's choice is from the winner, and print the preference lines to paste.
+    #[arg(long)]
+    pub tune: bool,
+    /// Print every row of the tile table, the GPUs it fits and the GPUs that prefer it; no GPU
+    /// needed.
+    #[arg(long, conflicts_with_all = ["explain", "tune"])]
+    pub list: bool,
+    /// Print one row's block tile, warps, instructions, registers, shared memory and swizzle;
+    /// no GPU needed.
+    #[arg(long, value_name = "ROW", conflicts_with = "tune")]
+    pub explain: Option<String>,
+    /// With --explain: also draw the row's block, warp and instruction tiles as an SVG file.
+    #[arg(long, value_name = "FILE", requires = "explain")]
+    pub svg: Option<PathBuf>,
 }
 
 /// `--accum`'s values, which the help lists.

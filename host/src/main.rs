@@ -17,6 +17,8 @@ use std::process::ExitCode;
 enum Job {
     Info,
     Gemm(GemmTable),
+    /// `host gemm --list` or `--explain`: what the tile table says, printed without a GPU.
+    Tiles(String),
     Regression(Report),
     /// A training run and the data set it loads.
     Train(Options, Data),
@@ -32,6 +34,7 @@ struct GemmTable {
     simt_max: usize,
     time_ms: u32,
     csv: Option<PathBuf>,
+    tune: bool,
 }
 
 /// Where a training run's data set comes from.
@@ -56,7 +59,11 @@ fn check(cli: &Cli) -> Result<(GpuOptions, Job)> {
     }
     let job = match &cli.command {
         Command::Info => Job::Info,
-        Command::Gemm(a) => Job::Gemm(gemm_table(a)?),
+        Command::Gemm(a) if a.list => Job::Tiles(host::gemm::anatomy::list()),
+        Command::Gemm(a) => match &a.explain {
+            Some(name) => Job::Tiles(explain(name, a.svg.as_deref())?),
+            None => Job::Gemm(gemm_table(a)?),
+        },
         Command::Regression(a) => {
             let report = regression_report(a);
             report.validate()?;
@@ -104,11 +111,24 @@ fn gemm_table(a: &GemmArgs) -> Result<GemmTable> {
         simt_max: a.simt_max,
         time_ms: a.time_ms,
         csv: a.csv.clone(),
+        tune: a.tune,
     })
 }
 
+/// `host gemm --explain ROW`'s text, after writing its drawing to `svg` if asked.
+fn explain(name: &str, svg: Option<&Path>) -> Result<String> {
+    let c = host::gemm::anatomy::row(name)?;
+    let mut text = host::gemm::anatomy::explain(c);
+    if let Some(path) = svg {
+        host::ensure_output_path("--svg", path)?;
+        std::fs::write(path, host::gemm::drawing::svg(c))?;
+        text.push_str(&format!("wrote {}\n", path.display()));
+    }
+    Ok(text)
+}
+
 fn allreduce_sweep(a: &cli::AllreduceArgs) -> Result<Sweep> {
-    use host::mlp::reduce::MAX_PIECES;
+    use host::mlp::options::MAX_PIECES;
     ensure!(
         a.gpus.is_none_or(|g| g >= 2),
         "--gpus: a sum needs at least 2 GPUs"
@@ -211,6 +231,9 @@ fn gemm(gpu: &Gpu, t: &GemmTable) -> Result<()> {
         gemm_bench::write_csv(path, &rows, &gpu.name()?)?;
         println!("wrote {}", path.display());
     }
+    if t.tune {
+        print!("{}", gemm_bench::tune::report(gpu, &rows));
+    }
     gemm_bench::ensure_correct(&rows)
 }
 
@@ -221,6 +244,10 @@ fn run(cli: Cli) -> Result<()> {
     let open = || Gpu::with_options(device, &opts);
     match job {
         Job::Info => host::info::print(&open()?),
+        Job::Tiles(text) => {
+            print!("{text}");
+            Ok(())
+        }
         Job::Gemm(t) => gemm(&open()?, &t),
         Job::Regression(report) => report.run(&open()?),
         Job::Allreduce(s, csv) => allreduce(&opts, s, csv.as_deref()),

@@ -33,6 +33,8 @@ mod tensor;
 mod warpgroup;
 
 pub mod descriptor;
+mod rules;
+pub use rules::{CP_ASYNC_MAX_STAGES, MMA_SYNC_MAX_BK};
 
 /// fp16 elements of padding after each row of the C tile the SGD epilogue stages in shared
 /// memory: 16 bytes, which puts the 8 rows one fragment store writes in distinct banks.
@@ -163,13 +165,20 @@ impl Mainloop {
             Mainloop::Wgmma => target.wgmma(),
         }
     }
+    /// The oldest PTX that has it: a `wgmma` row's runs on Hopper alone.
+    pub const fn oldest_ptx(self) -> Target {
+        match self {
+            Mainloop::Staged => Target::SM75,
+            Mainloop::CpAsync => Target::SM80,
+            Mainloop::Wgmma => Target {
+                sm: 90,
+                specific: true,
+            },
+        }
+    }
     /// The oldest architecture whose PTX has it (compute capability ×10).
     pub const fn min_sm(self) -> u32 {
-        match self {
-            Mainloop::Staged => 75,
-            Mainloop::CpAsync => 80,
-            Mainloop::Wgmma => 90,
-        }
+        self.oldest_ptx().sm
     }
 }
 
@@ -282,16 +291,31 @@ macro_rules! tile_configs {
 macro_rules! config_table {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident),)*) => {
+        /// Each row of [`tile_configs!`](crate::tile_configs) by its name, for code that names
+        /// one (the host's per-GPU preferences).
+        #[allow(non_upper_case_globals)]
+        pub mod rows {
+            use super::{Mainloop, TileConfig};
+            $(pub const $name: TileConfig = TileConfig {
+                name: stringify!($name),
+                block: ($bm, $bn, $bk),
+                warp: ($wm, $wn),
+                instruction: ($im, $in, $ik),
+                stages: $st,
+                cluster_m: $cm,
+                mainloop: mainloop!($mainloop),
+            };)*
+        }
         /// Every tensor-core configuration, from [`tile_configs!`](crate::tile_configs).
-        pub const TILE_CONFIGS: &[TileConfig] = &[$(TileConfig {
-            name: stringify!($name),
-            block: ($bm, $bn, $bk),
-            warp: ($wm, $wn),
-            instruction: ($im, $in, $ik),
-            stages: $st,
-            cluster_m: $cm,
-            mainloop: mainloop!($mainloop),
-        }),*];
+        pub const TILE_CONFIGS: &[TileConfig] = &[$(rows::$name),*];
+        // A row that breaks a rule of its kind (`rules.rs`) does not compile.
+        const _: () = {
+            let mut i = 0;
+            while i < TILE_CONFIGS.len() {
+                TILE_CONFIGS[i].assert_valid();
+                i += 1;
+            }
+        };
     };
 }
 macro_rules! mainloop {
@@ -397,14 +421,22 @@ impl Sgd {
         }
     }
 
-    /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`: the one
-    /// definition of the update, which every kernel that steps takes (`sgd_update` too), so a
-    /// fused and an unfused step agree bit for bit.
+    /// New (weight, velocity) from weight `w`, velocity `v` and gradient `g`, by
+    /// [`momentum_step`].
     #[inline(always)]
     pub fn apply(&self, w: f32, v: f32, g: f32) -> (f32, f32) {
-        let v = self.momentum * v + g;
-        (w - self.lr * v, v)
+        momentum_step(self.lr, self.momentum, w, v, g)
     }
+}
+
+/// SGD with momentum on one parameter: `v = momentum·v + g`, `w -= lr·v`; returns the new
+/// (weight, velocity). The one definition of the update: the GEMM epilogue, `sgd_update` and
+/// the persistent kernel all take it, so that every engine's step of a parameter agrees bit
+/// for bit with the others' for the same gradient.
+#[inline(always)]
+pub fn momentum_step(lr: f32, momentum: f32, w: f32, v: f32, g: f32) -> (f32, f32) {
+    let v = momentum * v + g;
+    (w - lr * v, v)
 }
 
 impl Args {
@@ -446,90 +478,6 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_config_partitions_evenly() {
-        for c in TILE_CONFIGS.iter().filter(|c| !c.is_wgmma()) {
-            let (bm, bn, bk) = c.block;
-            let (wm, wn) = c.warp;
-            assert_eq!(bm % wm, 0, "{}", c.name);
-            assert_eq!(bn % wn, 0, "{}", c.name);
-            assert_eq!(wm % 16, 0, "{}: warp M is whole m16 fragments", c.name);
-            assert_eq!(
-                wn % 16,
-                0,
-                "{}: warp N is whole pairs of n8 fragments",
-                c.name
-            );
-            assert_eq!(bk % 16, 0, "{}: K step is whole ldmatrix.x4 blocks", c.name);
-            assert_eq!(
-                c.cluster_m, 1,
-                "{}: mma.sync blocks form no clusters",
-                c.name
-            );
-            assert!(
-                bk <= 64,
-                "{}: fragment offsets are kept for at most 4 k steps",
-                c.name
-            );
-            assert!(matches!(c.instruction.2, 8 | 16), "{}", c.name);
-            assert!(c.stages >= 2, "{}", c.name);
-            assert!(
-                c.is_async() || c.stages == 2,
-                "{}: register staging is double-buffered",
-                c.name
-            );
-            assert!(
-                matches!(
-                    (c.mainloop, c.instruction.2),
-                    (Mainloop::Staged, 8) | (Mainloop::CpAsync, 16)
-                ),
-                "{}: m16n8k8 with register staging (sm_75), m16n8k16 with cp.async (sm_80)",
-                c.name
-            );
-            // Each thread copies whole 16-byte chunks of both tiles, in both storage orientations.
-            let chunks_a = bm * bk / 8;
-            let chunks_b = bn * bk / 8;
-            assert_eq!(chunks_a % c.threads(), 0, "{}", c.name);
-            assert_eq!(chunks_b % c.threads(), 0, "{}", c.name);
-            assert!(c.threads() <= 1024, "{}", c.name);
-        }
-    }
-
-    /// What the warpgroup kernel assumes of a `wgmma` row: 64-deep 128-byte swizzle rows,
-    /// warpgroups stacked along M over the whole block N, an instruction N it has accumulators
-    /// for, whole 64-wide boxes for MN-major operands, and a box of at most 256 rows.
-    #[test]
-    fn every_wgmma_config_fits_the_warpgroup_kernel() {
-        let rows: Vec<_> = TILE_CONFIGS.iter().filter(|c| c.is_wgmma()).collect();
-        assert!(!rows.is_empty());
-        for c in rows {
-            assert_eq!(c.instruction.0, descriptor::WGMMA_M, "{}", c.name);
-            let (bm, bn, bk) = c.block;
-            assert_eq!(bk, descriptor::BK, "{}", c.name);
-            assert_eq!(c.warp.1, bn, "{}: warpgroups split M only", c.name);
-            assert_eq!(c.instruction, (64, bn, 16), "{}", c.name);
-            assert!(
-                matches!(bn, 64 | 128 | 256),
-                "{}: accumulators exist for N 64, 128, 256",
-                c.name
-            );
-            assert!(c.warp.0 % 64 == 0 && bm % c.warp.0 == 0, "{}", c.name);
-            assert!(bm <= 256 && bm % 64 == 0, "{}: one box of A rows", c.name);
-            assert!(c.stages >= 2 && c.min_sm() == 90, "{}", c.name);
-            assert!(
-                matches!(c.cluster_m, 1 | 2 | 4) && (bn / c.cluster_m) % 64 == 0,
-                "{}: a cluster of at most 4 shares B in whole 64-wide boxes",
-                c.name
-            );
-            assert!(
-                c.smem_bytes() <= 227 * 1024,
-                "{}: fits Hopper's block",
-                c.name
-            );
-            assert!(c.threads() <= 1024, "{}", c.name);
-        }
-    }
 
     #[test]
     fn names_are_unique() {

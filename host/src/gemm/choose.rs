@@ -1,4 +1,6 @@
 //! The configuration, K split and version the host runs a product with when none is forced.
+use super::prefer::preferred;
+use super::usage::Usage;
 use super::version::Version;
 use crate::cuda::Gpu;
 use anyhow::Result;
@@ -20,32 +22,9 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> 
 /// than half the SMs a block ([`choose_config`]).
 const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 
-/// How a GEMM runs, besides its dimensions, where that changes the configuration the host
-/// picks for it ([`choose_config`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Usage {
-    /// Another kernel runs at the same time, on another stream.
-    pub beside: bool,
-    /// The epilogue takes an SGD step ([`Problem::sgd`](super::Problem::sgd)).
-    pub steps: bool,
-    /// A's and B's rows start 16-byte aligned (leading dimensions of multiples of 8 elements,
-    /// from aligned addresses), so that the copy engine can read them for the `wgmma` rungs.
-    pub copy_engine: bool,
-}
-
-impl Usage {
-    /// A product's usage whose operands have leading dimensions `lda` and `ldb`, from
-    /// 16-byte-aligned addresses.
-    pub fn aligned(lda: usize, ldb: usize) -> Usage {
-        Usage {
-            copy_engine: lda.is_multiple_of(8) && ldb.is_multiple_of(8),
-            ..Usage::default()
-        }
-    }
-}
-
-/// The tensor-core configuration the host picks for an M×N×K product on this GPU: among those
-/// the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
+/// The tensor-core configuration the host picks for an M×N×K product on this GPU: the GPU's
+/// preference for the product's size where it has one ([`PREFERENCES`](super::PREFERENCES));
+/// else among those the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
 /// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
 /// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
 /// barriers; a short K pays for zero-filled depth instead).
@@ -71,6 +50,9 @@ pub fn choose_config(
 ) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
+    if let Some(c) = preferred((gpu.sm, gpu.ptx.target(), smem), (m, n, k), usage) {
+        return Ok(c);
+    }
     if usage.copy_engine
         && !usage.steps
         && let Some(c) = choose_wgmma(gpu, (m, n, k))

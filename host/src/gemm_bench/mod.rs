@@ -5,6 +5,7 @@ mod operands;
 mod pair;
 pub mod reference;
 mod shapes;
+pub mod tune;
 
 pub use shapes::{Entry, Epilogue, Pair, Shape, default_entries, default_pairs, default_shapes};
 
@@ -33,6 +34,8 @@ pub struct Row {
     pub vs_cublas: f64,
     pub max_err: f64,
     pub ok: bool,
+    /// The host's own choice for this shape (`gemm::choose_version`).
+    pub chosen: bool,
 }
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
@@ -244,7 +247,7 @@ fn shape_rows(
         ..Usage::aligned(p.lda, p.ldb)
     };
     let (v, split) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, Accum::F16)?;
-    if split > 1 {
+    let name = if split > 1 {
         let (name, ms, c) = split_run(v, split)?;
         rows.push(row(
             out,
@@ -253,11 +256,24 @@ fn shape_rows(
             (ms, cublas_ms),
             &c,
         )?);
-        writeln!(out, "# {label}: the host's choice is {name}")?;
+        name
     } else {
-        writeln!(out, "# {label}: the host's choice is {}", v.label())?;
-    }
+        v.label()
+    };
+    writeln!(out, "# {label}: the host's choice is {name}")?;
+    mark_chosen(rows, label, &name);
     Ok(())
+}
+
+/// Marks the row of `shape` run with `version` as the host's choice.
+fn mark_chosen(rows: &mut [Row], shape: &str, version: &str) {
+    if let Some(r) = rows
+        .iter_mut()
+        .rev()
+        .find(|r| r.shape == shape && r.version == version)
+    {
+        r.chosen = true;
+    }
 }
 
 /// What a row computes: the dimensions it shows and the FLOPs its time covers.
@@ -295,6 +311,7 @@ fn row(
         vs_cublas: 100.0 * cublas_ms / ms,
         max_err: c.max_err,
         ok: c.failures == 0,
+        chosen: false,
     };
     writeln!(
         out,

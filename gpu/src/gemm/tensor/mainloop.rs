@@ -1,6 +1,7 @@
 //! The mainloop: fragments from shared memory by `ldmatrix`, the instruction tiles of each k
 //! step by `mma.sync`, and the two pipelines that keep shared memory filled.
 use crate::arch::*;
+use crate::gemm::CP_ASYNC_MAX_STAGES;
 use crate::layout::{Operand, ldmatrix_lane, swizzled_offset};
 
 /// Shared-memory byte offsets at which this lane points `ldmatrix`, per fragment and per
@@ -120,11 +121,10 @@ pub(super) fn mainloop_async<
     load: impl Fn(u32, usize) -> ([[u32; 4]; MI], [[u32; 4]; NI]),
     mma_step: impl Fn(&mut [[A; NI]; MI], &[[u32; 4]; MI], &[[u32; 4]; NI]),
 ) {
+    // The table's rules (`gemm/rules.rs`) already refuse other rows; these say what this
+    // loop relies on.
     const {
-        assert!(
-            BK.is_multiple_of(32),
-            "the cp.async pipeline needs an even number of 16-wide k steps per slice"
-        )
+        assert!(BK.is_multiple_of(32) && STAGES >= 2 && STAGES <= CP_ASYNC_MAX_STAGES);
     };
     let ksteps = BK / 16;
     let empty = || ([[0u32; 4]; MI], [[0u32; 4]; NI]);

@@ -1,0 +1,120 @@
+//! Per-GPU preferences: on this compute capability, for products of this size, take this row of
+//! `tile_configs!`. The host's choice reads them before its general procedure
+//! ([`choose_config`](super::choose_config)); `host gemm --tune` on the GPU itself prints the
+//! lines to paste here. A preference applies only where the row could run anyway: its PTX is
+//! loaded, its stages fit the block's shared memory, and the product's usage allows it.
+use super::usage::Usage;
+use gpu::gemm::{SGD_DEEP, TILE_CONFIGS, TileConfig, rows};
+use gpu::target::Target;
+
+/// Outputs of at least this many elements are [`Size::Large`]: 4096 × 4096, where every SM
+/// has tiles to spare at any row's tile size and the mainloop, not the grid, sets the pace.
+pub const LARGE_OUTPUT: usize = 4096 * 4096;
+
+/// Which products a preference covers, by their output's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    /// M·N of at least [`LARGE_OUTPUT`].
+    Large,
+}
+
+impl Size {
+    /// The size class of an M×N output, if it has one.
+    pub fn of(m: usize, n: usize) -> Option<Size> {
+        (m * n >= LARGE_OUTPUT).then_some(Size::Large)
+    }
+}
+
+/// One line of [`PREFERENCES`]: GPU `sm` takes `row` for products of `size`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Preference {
+    /// Compute capability ×10 of the GPU, as the device reports it (not the PTX it loads).
+    pub sm: u32,
+    pub size: Size,
+    pub row: TileConfig,
+}
+
+const fn prefer(sm: u32, size: Size, row: TileConfig) -> Preference {
+    Preference { sm, size, row }
+}
+
+/// The per-GPU preferences, each measured by `host gemm --tune` on that GPU (docs/gemm.md,
+/// "Tuning a GPU"). A GPU with no line takes the general procedure.
+pub const PREFERENCES: &[Preference] = &[
+    // Hopper, square products of 4096 to 8192: the 128×256 tile in clusters of two blocks
+    // sharing B led both sizes together.
+    prefer(90, Size::Large, rows::wg90_128x256x64_64x256_s4_c2x1),
+];
+
+/// The row GPU `sm` prefers for an M×N×K product of `usage`, with PTX `target` and `smem` bytes
+/// of shared memory a block, if it has one that runs there.
+pub fn preferred(
+    (sm, target, smem): (u32, Target, usize),
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+) -> Option<&'static TileConfig> {
+    let size = Size::of(m, n)?;
+    let row = PREFERENCES
+        .iter()
+        .filter(|p| p.sm == sm && p.size == size)
+        .map(|p| p.row)
+        .find(|c| c.in_ptx(target) && c.smem_bytes() <= smem && allows(c, usage, k))?;
+    TILE_CONFIGS.iter().find(|c| **c == row)
+}
+
+/// Whether a product of `usage` and depth `k` may run on `c`: a `wgmma` row needs operands
+/// the copy engine reads and takes no SGD step; an `mma.sync` row that steps keeps
+/// [`SGD_DEEP`] quads in flight; a row beside another kernel is taken as any other.
+fn allows(c: &TileConfig, usage: Usage, k: usize) -> bool {
+    if c.is_wgmma() {
+        usage.copy_engine && !usage.steps && c.block.2 <= k
+    } else {
+        !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::target::{ARCHS, Arch};
+
+    /// Every line names a GPU of the table and a row of `tile_configs!` that GPU runs.
+    #[test]
+    fn every_preference_is_a_row_its_gpu_runs() {
+        for p in PREFERENCES {
+            let arch = Arch::find(p.sm).unwrap_or_else(|| panic!("sm_{} is not in ARCHS", p.sm));
+            assert!(TILE_CONFIGS.contains(&p.row), "{}", p.row.name);
+            assert!(p.row.fits(arch), "{} on sm_{}", p.row.name, p.sm);
+        }
+        assert!(
+            ARCHS
+                .iter()
+                .any(|a| PREFERENCES.iter().any(|p| p.sm == a.sm))
+        );
+    }
+
+    #[test]
+    fn a_preference_applies_where_its_row_can_run() {
+        let sm90a = Target {
+            sm: 90,
+            specific: true,
+        };
+        let hopper = (90, sm90a, Arch::of(90).smem_per_block);
+        let big = (8192, 8192, 8192);
+        let aligned = Usage::aligned(8192, 8192);
+        let want = TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[0].row);
+        assert_eq!(preferred(hopper, big, aligned), want);
+        // Small outputs, portable PTX, a capped block, another GPU, unaligned operands, an
+        // SGD step: the general procedure.
+        assert_eq!(preferred(hopper, (1024, 1024, 8192), aligned), None);
+        assert_eq!(preferred((90, Target::SM90, hopper.2), big, aligned), None);
+        assert_eq!(preferred((90, sm90a, 64 * 1024), big, aligned), None);
+        assert_eq!(preferred((80, Target::SM80, hopper.2), big, aligned), None);
+        assert_eq!(preferred(hopper, big, Usage::default()), None);
+        let steps = Usage {
+            steps: true,
+            ..aligned
+        };
+        assert_eq!(preferred(hopper, big, steps), None);
+    }
+}
