@@ -41,7 +41,9 @@ for host in "$@"; do
     cold=$(for _ in $(seq "$repeat"); do CUDA_CACHE_DISABLE=1 time_run "$host" "${args[@]}"; done | summary)
     CUDA_CACHE_PATH=$warm_cache time_run "$host" "${args[@]}" >/dev/null # fills the cache
     warm=$(for _ in $(seq "$repeat"); do CUDA_CACHE_PATH=$warm_cache time_run "$host" "${args[@]}"; done | summary)
-    rows+=("$host|${module:--}|$cmd|cold|$cold" "$host|${module:--}|$cmd|warm|$warm")
+    # The binary by its file name alone: where it was built or copied to says nothing of it.
+    name=$(basename "$host")
+    rows+=("$name|${module:--}|$cmd|cold|$cold" "$name|${module:--}|$cmd|warm|$warm")
     echo "done: $host $cmd" >&2
   done
   rm -rf "$warm_cache"
