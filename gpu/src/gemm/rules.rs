@@ -196,6 +196,26 @@ mod tests {
         assert_eq!(four.name_from_fields(), "tc80_64x64x64_32x32_s4");
     }
 
+    /// The row `docs/tiles.md`'s recipe adds for sm_86 keeps the rules and fits 99 KiB.
+    #[test]
+    fn the_recipes_sm86_row_is_valid() {
+        let c = TileConfig {
+            name: "tc80_128x256x32_64x64_s4",
+            block: (128, 256, 32),
+            warp: (64, 64),
+            instruction: (16, 8, 16),
+            stages: 4,
+            cluster_m: 1,
+            mainloop: Mainloop::CpAsync,
+        };
+        assert_eq!(c.check(), Ok(()));
+        assert_eq!(c.name, c.name_from_fields());
+        assert_eq!(c.smem_bytes(), 96 * 1024);
+        let fits: Vec<_> = ARCHS.iter().filter(|a| c.fits(a)).map(|a| a.sm).collect();
+        assert_eq!(fits, [80, 86, 89, 90]);
+        assert_eq!(c.threads(), 256);
+    }
+
     #[test]
     fn each_mma_sync_rule_rejects_the_row_that_breaks_it() {
         let base = row("tc80_64x64x32_32x32_s4");

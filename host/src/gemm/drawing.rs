@@ -10,6 +10,8 @@ use std::fmt::Write;
 const SIDE: f64 = 480.0;
 /// Margin around the block tile, for the labels.
 const MARGIN: f64 = 40.0;
+/// Width the title line needs, in pixels, however narrow the block.
+const TITLE_WIDTH: f64 = 640.0;
 
 /// The SVG document for row `c`.
 pub fn svg(c: &TileConfig) -> String {
@@ -22,7 +24,7 @@ pub fn svg(c: &TileConfig) -> String {
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="monospace" font-size="12">"#,
-        w + 2.0 * MARGIN,
+        (w + 2.0 * MARGIN).max(TITLE_WIDTH),
         h + 2.0 * MARGIN + 20.0
     );
     let _ = writeln!(
@@ -69,11 +71,12 @@ pub fn svg(c: &TileConfig) -> String {
         }
     }
     let (x, y) = at(0.0, bm as f64);
+    let fragments = (wm / im) * (wn / inn);
     let _ = writeln!(
         s,
-        r#"<text x="{x:.1}" y="{:.1}">shaded: the {} instruction tiles of {im}×{inn} in the first tile</text>"#,
+        r#"<text x="{x:.1}" y="{:.1}">shaded: the first tile's {fragments} instruction tile{} of {im}×{inn}</text>"#,
         y + 16.0,
-        (wm / im) * (wn / inn)
+        if fragments == 1 { "" } else { "s" }
     );
     s.push_str("</svg>\n");
     s

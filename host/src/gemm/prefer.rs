@@ -41,8 +41,8 @@ const fn prefer(sm: u32, size: Size, row: TileConfig) -> Preference {
 /// The per-GPU preferences, each measured by `host gemm --tune` on that GPU (docs/gemm.md,
 /// "Tuning a GPU"). A GPU with no line takes the general procedure.
 pub const PREFERENCES: &[Preference] = &[
-    // Hopper, square products of 4096 to 8192: the 128×256 tile in clusters of two blocks
-    // sharing B led both sizes together.
+    // Hopper: the 128×256 tile in clusters of two blocks sharing B won both square4096 and
+    // square8192 on an H200 (`host gemm --tune --sizes square4096,square8192`).
     prefer(90, Size::Large, rows::wg90_128x256x64_64x256_s4_c2x1),
 ];
 
