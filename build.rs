@@ -32,6 +32,7 @@ fn main() {
     let gpu = root.join("gpu");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=GPU_ARCHS");
+    println!("cargo:rerun-if-env-changed=GPU_PHASE_TRACE");
     println!("cargo:rerun-if-env-changed=PTXAS");
     println!("cargo:rerun-if-changed={}", gpu.join("src").display());
     println!(
@@ -86,7 +87,13 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
     } else {
         ""
     };
-    let target_dir = root.join("target").join("ptx").join(arch);
+    // A traced build has a target directory of its own, so that switching does not rebuild.
+    let (trace_cfg, dir) = if phase_trace() {
+        (" --cfg phase_trace", format!("{arch}-trace"))
+    } else {
+        ("", arch.to_string())
+    };
+    let target_dir = root.join("target").join("ptx").join(dir);
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(gpu)
@@ -101,7 +108,7 @@ fn build_ptx(root: &Path, gpu: &Path, arch: &str, sm: u32) -> PathBuf {
         .arg(&target_dir)
         .env(
             "RUSTFLAGS",
-            format!("-C target-cpu={arch}{ptx_isa} {UNROLL}"),
+            format!("-C target-cpu={arch}{ptx_isa} {UNROLL}{trace_cfg}"),
         );
     // What the outer build set for itself must not leak into the nested one (clippy's wrapper,
     // the host's flags and target).
@@ -267,17 +274,26 @@ fn gemm_config(name: &str) -> Option<&'static gpu::gemm::TileConfig> {
     gpu::gemm::TILE_CONFIGS.iter().find(|c| c.name == config)
 }
 
+/// Whether `GPU_PHASE_TRACE=1` asks for the persistent kernels' phase trace
+/// (`gpu/src/persistent/trace.rs`); off by default, and then the kernels are untouched.
+fn phase_trace() -> bool {
+    env::var("GPU_PHASE_TRACE").is_ok_and(|v| v == "1")
+}
+
 /// What the build did about cubins, for the tests: a build with `PTXAS` set must embed one per
-/// PTX, and one without ptxas says why it has none.
+/// PTX, and one without ptxas says why it has none; and whether the PTX has the phase trace.
 fn write_build_facts(table: &mut String, ptxas: &Result<PathBuf, String>) {
     let set = env::var_os("PTXAS").is_some_and(|p| !p.is_empty());
     let skipped = ptxas.as_ref().err();
+    let trace = phase_trace();
     writeln!(
         table,
         "/// Whether `PTXAS` named a ptxas for this build.\n\
          pub const PTXAS_SET: bool = {set};\n\
          /// Why this build embedded no cubins, or `None` where it assembled one per PTX.\n\
-         pub const CUBINS_SKIPPED: Option<&str> = {skipped:?};"
+         pub const CUBINS_SKIPPED: Option<&str> = {skipped:?};\n\
+         /// Whether the persistent kernels record the phase trace (`GPU_PHASE_TRACE=1`).\n\
+         pub const PHASE_TRACE: bool = {trace};"
     )
     .unwrap();
 }

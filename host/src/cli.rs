@@ -259,6 +259,12 @@ pub struct TrainFlags {
     /// layer and batches up to 128 (256 on Hopper), from Turing (sm_75) on.
     #[arg(long, help_heading = ENGINE)]
     pub layered: bool,
+    /// After training, print the persistent kernel's time in each phase of a step.
+    ///
+    /// The median over the last epoch's steps, for block 0 and the slowest block. Needs a build
+    /// with the phase trace: GPU_PHASE_TRACE=1 cargo build --release.
+    #[arg(long, help_heading = ENGINE)]
+    pub phases: bool,
     /// Hidden units a block of the persistent kernel takes: 8, 16 or 32.
     ///
     /// 16 and 32 on Hopper with fp16 accumulators; past 2,112 units 32 for the whole batch,
@@ -379,6 +385,7 @@ pub fn train_options(a: &TrainFlags, d: Options) -> Result<Options> {
         accum,
         graph: !a.no_graph,
         layered: a.layered,
+        phases: a.phases,
         slice_units: a.slice_units,
         config: a
             .config

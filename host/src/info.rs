@@ -39,6 +39,9 @@ pub fn print(gpu: &Gpu) -> Result<()> {
             cubins.join(", ")
         }
     );
+    if ptx::PHASE_TRACE {
+        println!("phase trace:        compiled in (GPU_PHASE_TRACE=1): `mnist --phases` prints it");
+    }
     println!(
         "PTX chosen:         {} ({})",
         gpu.ptx.arch,

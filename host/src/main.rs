@@ -371,6 +371,19 @@ mod tests {
                 "--reduce-pieces 0: give 1 to 16".into(),
             ),
             (
+                vec!["mnist", "--phases", "--gpus", "2"],
+                if host::ptx::PHASE_TRACE {
+                    "--phases traces the persistent kernel training on one GPU"
+                } else {
+                    "--phases needs the phase trace compiled in: build with GPU_PHASE_TRACE=1"
+                }
+                .into(),
+            ),
+            (
+                vec!["gemm", "--explain", "tc99"],
+                "no tile row \"tc99\"; the rows are tc75_128x128x32_64x32".into(),
+            ),
+            (
                 vec!["allreduce", "--pieces", "1,17"],
                 "--pieces: give 1 to 16".into(),
             ),

@@ -98,3 +98,13 @@ pub fn opaque_ptr(p: *mut u32) -> *mut u32 {
     };
     o as *mut u32
 }
+
+/// The GPU's nanosecond clock (`%globaltimer`), which every SM reads alike; it advances in steps
+/// of up to a microsecond on some GPUs, so a single interval is coarse and a median of many is
+/// not. Volatile: each read is where it stands in the program.
+#[inline(always)]
+pub fn global_timer() -> u64 {
+    let t: u64;
+    unsafe { asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack)) };
+    t
+}

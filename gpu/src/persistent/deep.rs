@@ -101,6 +101,7 @@ pub(super) mod kernel {
     use super::super::context::{Block, Step};
     use super::super::exchange::{self, Outbox};
     use super::super::stream::Ring;
+    use super::super::trace::Trace;
     use super::super::weights::{self, W1};
     use super::super::{backward, fetch, forward, logits, softmax, update};
     use super::*;
@@ -216,40 +217,53 @@ pub(super) mod kernel {
             let (s1, s2) = (Step::new(&b1, k), Step::new(&b2, k));
             let (slices, slices2) = (widths.hidden / UNITS as u32, widths.hidden2 / UNITS as u32);
             let owner = owner(&b1);
+            // One mark a phase of `trace::TWO_LAYERS`.
+            let mut t = Trace::start(&args, k);
             if owner && b2.part == 0 {
                 publish_w2(&b2, shared.w2(k));
             }
             fetch::wait(&b1, &s1, &copies);
+            t.mark();
             let h1 = forward::hidden::<A, F, T, 1, 1>(&b1, &s1, &mut ring, &w1);
+            t.mark();
             // The tile warps' H1 rows before other warps publish them.
             sync_threads();
             publish(&b1, b1.h(0), shared.h1(), b1.j0);
+            t.mark();
             grid_barrier(shared.meeting(0), slices * (k + 1), sync_threads);
+            t.mark();
             let second_shares = if owner {
                 Some(second_layer::<A, F>(
                     (&b1, &s1),
                     (&b2, &s2),
-                    &mut ring,
+                    (&mut ring, &mut t),
                     &w2,
                     &shared,
                 ))
             } else {
+                t.skip(2);
                 logits::exchange(&b2, &s2);
+                t.skip(3);
                 None
             };
             barrier_wait(shared.meeting(1), slices2 * (k + 1), sync_threads);
+            t.mark();
             input_grad(&b1, (&b2, &s2), &h1, &shared, k);
+            t.mark();
             let (dw1, db1, out1) = shares::<A, F>(&b1, &s1, &mut ring);
+            t.mark();
             if let Some((dw2, db2, out2)) = second_shares {
                 let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
                 softmax::record_loss(&b2, &s2);
                 update::sgd_step(&b2, &s2, &mut w2, &sums2, &out2);
             }
+            t.mark();
             let sums1 = exchange::receive::<A, P, 1, 1>(&b1, &s1, (&dw1, db1), || {
                 fetch::after_dw1(&b1, &s1, &mut copies)
             });
             update::sgd_step(&b1, &s1, &mut w1, &sums1, &out1);
             sync_threads();
+            t.mark();
         }
         // The last step's update before the write-back reads it.
         sync_threads();
@@ -272,7 +286,7 @@ pub(super) mod kernel {
     fn second_layer<A: Acc, F: Row>(
         (b1, s1): (&Block, &Step),
         (b2, s2): (&Block, &Step),
-        ring: &mut Ring,
+        (ring, t): (&mut Ring, &mut Trace),
         w2: &W1<1, F>,
         shared: &Shared,
     ) -> Shares<A> {
@@ -281,19 +295,24 @@ pub(super) mod kernel {
         cp_async_commit();
         cp_async_wait::<0>();
         sync_threads();
+        t.mark();
         let h2 = forward::hidden::<A, F, T, 1, 1>(b2, s2, ring, w2);
         logits::add_partials::<A, T, 1>(b2, s2, &h2, false);
+        t.mark();
         logits::exchange(b2, s2);
+        t.mark();
         let part = softmax::cross_entropy::<F>(b2, s2);
         backward::hidden_grad(b2, &h2);
         publish(b2, b2.dh(0), shared.dz2(), b2.j0);
         barrier_arrive(shared.meeting(1), sync_threads);
+        t.mark();
         let out = Outbox::new::<P>(b2);
         let db = backward::bias_share::<T, 1>(b2, &out);
         backward::output_grads::<T, 1>(b2, &out);
         let send = |theirs: &_| out.send_dw1(b2, theirs, b2.peer0);
         let dw = backward::dw1_shares::<A, F, T, 1, 1>(b2, s2, ring, send);
         softmax::loss_sums(b2, part);
+        t.mark();
         (dw, db, out)
     }
 

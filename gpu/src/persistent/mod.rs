@@ -177,6 +177,8 @@ pub struct Params {
     /// on sm_75); unused by the others, whose kernel says how many whole-batch buffers they
     /// have.
     pub stages: u32,
+    /// Where the phase trace goes ([`trace`]), in a build with it; 0 for none.
+    pub trace: u64,
 }
 
 /// Elements of the global logits buffer per step: the sums ([`logits_row`] to a row), then a
@@ -228,6 +230,7 @@ mod smem;
 pub use smem::*;
 mod variant;
 pub use variant::*;
+pub mod trace;
 
 #[cfg(target_arch = "nvptx64")]
 mod backward;
@@ -268,10 +271,40 @@ mod kernel {
     use super::exchange::Outbox;
     use super::fetch::Copies;
     use super::stream::Ring;
+    use super::trace::Trace;
     use super::weights::W1;
     use super::*;
     use crate::arch::{Acc, sync_threads, sync_warp};
     use crate::target::BUILT;
+
+    /// What the one-layer loop assumes of its row `v` on this PTX.
+    const fn assert_one_layer_row(v: &Variant) {
+        assert!(v.parts >= PAIR && v.parts <= MAX_PARTS && v.exists_in(BUILT));
+        assert!(
+            !v.ring() || v.parts == PAIR,
+            "the ring loads a half of the batch"
+        );
+        assert!(
+            v.w1_copy_in_registers() == (v.single() && v.parts == MAX_PARTS && !BUILT.cp_async()),
+            "W1's copy in registers: the quarters on sm_75"
+        );
+        assert!(
+            BUILT.cp_async() || v.ring() || v.w1_copy_in_registers(),
+            "sm_75 copies through registers: the ring, or one buffer of a quarter"
+        );
+        assert!(
+            v.n == 1 || (BUILT.clusters() && v.single() && v.parts == PAIR),
+            "wide slices: one buffer, a pair of blocks in a cluster"
+        );
+        assert!(
+            !v.bulk() || (BUILT.clusters() && !v.ring()),
+            "bulk reductions: Hopper, whole rows"
+        );
+        assert!(
+            !matches!(v.batch, Batch::Double) || BUILT.clusters(),
+            "two buffers: the next batch by the copy engine (Hopper)"
+        );
+    }
 
     /// The training loop of one block of variant `F` (a row of [`VARIANTS`]): `args.steps`
     /// steps, each the phases in order. A block is one of the `P` parts of a slice, holds `T`
@@ -292,32 +325,7 @@ mod kernel {
         const {
             let v = F::V;
             assert!(P == v.parts && T == v.tiles() && N == v.n && O == v.owned());
-            assert!(v.parts >= PAIR && v.parts <= MAX_PARTS && v.exists_in(BUILT));
-            assert!(
-                !v.ring() || v.parts == PAIR,
-                "the ring loads a half of the batch"
-            );
-            assert!(
-                v.w1_copy_in_registers()
-                    == (v.single() && v.parts == MAX_PARTS && !BUILT.cp_async()),
-                "W1's copy in registers: the quarters on sm_75"
-            );
-            assert!(
-                BUILT.cp_async() || v.ring() || v.w1_copy_in_registers(),
-                "sm_75 copies through registers: the ring, or one buffer of a quarter"
-            );
-            assert!(
-                N == 1 || (BUILT.clusters() && v.single() && v.parts == PAIR),
-                "wide slices: one buffer, a pair of blocks in a cluster"
-            );
-            assert!(
-                !v.bulk() || (BUILT.clusters() && !v.ring()),
-                "bulk reductions: Hopper, whole rows"
-            );
-            assert!(
-                !matches!(v.batch, Batch::Double) || BUILT.clusters(),
-                "two buffers: the next batch by the copy engine (Hopper)"
-            );
+            assert_one_layer_row(&v);
         };
         let ring_fed = F::V.ring();
         let block = Block::new::<F>(args);
@@ -334,26 +342,38 @@ mod kernel {
         for k in 0..args.steps {
             let b = block.for_step();
             let s = Step::new(&b, k);
+            // One mark a phase of `trace::ONE_LAYER`.
+            let mut t = Trace::start(&args, k);
             if !ring_fed {
                 fetch::wait(&b, &s, &copies);
             }
             exchange::wait_w1(&b, &s);
+            t.mark();
             let h = forward::hidden::<A, F, T, N, O>(&b, &s, &mut ring, &w1);
+            t.mark();
             logits::add_partials::<A, T, N>(&b, &s, &h, F::V.bulk());
+            t.mark();
             logits::exchange(&b, &s);
+            t.mark();
             let part = softmax::cross_entropy::<F>(&b, &s);
+            t.mark();
             backward::hidden_grad(&b, &h);
             let out = Outbox::new::<P>(&b);
             let db1 = backward::bias_share::<T, N>(&b, &out);
+            t.mark();
             backward::output_grads::<T, N>(&b, &out);
+            t.mark();
             let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
             let dw1 = backward::dw1_shares::<A, F, T, N, O>(&b, &s, &mut ring, send);
+            t.mark();
             softmax::loss_sums(&b, part);
+            t.mark();
             let sums = exchange::receive::<A, P, N, O>(&b, &s, (&dw1, db1), || {
                 if !ring_fed {
                     fetch::after_dw1(&b, &s, &mut copies);
                 }
             });
+            t.mark();
             softmax::record_loss(&b, &s);
             update::sgd_step(&b, &s, &mut w1, &sums, &out);
             if const { forward::reads_own_w1_rows::<A>(F::V.ring(), T) } {
@@ -361,6 +381,7 @@ mod kernel {
             } else {
                 sync_threads();
             }
+            t.mark();
         }
         // The last step's update before the write-back reads it.
         sync_threads();

@@ -17,6 +17,7 @@ use super::context::{Block, Step};
 use super::forward::{activate, w1_frags};
 use super::owners::{BIAS_WARP, OUTPUT_WARP, w2_word};
 use super::stream::{Ring, chunks};
+use super::trace::Trace;
 use super::update::{sgd, small_sgd};
 use super::weights::{self, w1_index, w1_shared};
 use super::*;
@@ -45,17 +46,28 @@ pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
     for k in 0..args.steps {
         let b = block.for_step();
         let s = Step::new(&b, k);
+        // One mark a phase of `trace::OFFCHIP`.
+        let mut t = Trace::start(&args, k);
         let h = hidden::<N>(&b, &mut ring);
+        t.mark();
         logits::add_partials::<Acc16, T, N>(&b, &s, &h, F::V.bulk());
+        t.mark();
         logits::exchange(&b, &s);
+        t.mark();
         let part = softmax::cross_entropy_whole_batch(&b, &s);
         softmax::loss_sums(&b, part);
+        t.mark();
         backward::hidden_grad(&b, &h);
+        t.mark();
         bias_grad::<N>(&b);
+        t.mark();
         output_grads::<N>(&b);
+        t.mark();
         dw1_step::<N>(&b, &mut ring);
+        t.mark();
         softmax::record_loss(&b, &s);
         small_step::<N>(&b);
+        t.mark();
     }
     // The last step's updates before the write-back reads them.
     sync_threads();

@@ -31,6 +31,9 @@ pub struct Options {
     /// Train with the layered engine (a kernel per operation) even where the persistent kernel
     /// applies.
     pub layered: bool,
+    /// Record the persistent kernel's phase trace and print its table after training (a build
+    /// with `GPU_PHASE_TRACE=1`).
+    pub phases: bool,
     /// Hidden units a block of the persistent kernel takes (8, 16 or 32); `None`: as
     /// `persistent::support` chooses.
     pub slice_units: Option<usize>,
@@ -83,6 +86,7 @@ impl Options {
             accum: Accum::F16,
             graph: true,
             layered: false,
+            phases: false,
             slice_units: None,
             config: None,
             metrics: None,
@@ -169,6 +173,14 @@ pub fn validate(o: &Options) -> Result<()> {
     );
     ensure!(o.print_every > 0, "--print-every must be positive");
     ensure!(o.gpus > 0, "--gpus must be at least 1");
+    ensure!(
+        !o.phases || crate::ptx::PHASE_TRACE,
+        "--phases needs the phase trace compiled in: build with GPU_PHASE_TRACE=1 cargo build --release"
+    );
+    ensure!(
+        !o.phases || (o.gpus == 1 && !o.layered && o.epochs > 0),
+        "--phases traces the persistent kernel training on one GPU: drop --gpus, --layered or --epochs 0"
+    );
     ensure!(
         o.parallel != Some(Parallel::Tensor) || o.splits_hidden(),
         "--parallel tensor splits one hidden layer into equal blocks of units, one a GPU: --hidden {} over {} GPUs does not",

@@ -137,6 +137,18 @@ impl<'a> Trainer<'a> {
             (Some(_), None) => Some(Reduction::new(gpu, &local, pieces(o))?),
             _ => None,
         };
+        let mut engine = carved.engine;
+        if o.phases {
+            match &mut engine {
+                Engine::Persistent(p) => p.record_phases(gpu)?,
+                Engine::Layered(l) => anyhow::bail!(
+                    "--phases traces the persistent kernel, and this run takes the layered step{}",
+                    l.why_not_persistent
+                        .as_ref()
+                        .map_or(String::new(), |why| format!(": {why}"))
+                ),
+            }
+        }
         let t = Trainer {
             gpu,
             o,
@@ -147,7 +159,7 @@ impl<'a> Trainer<'a> {
             split,
             params,
             eval,
-            engine: carved.engine,
+            engine,
             reduction,
             model: carved.model,
             b: carved.buffers,
@@ -219,6 +231,11 @@ impl<'a> Trainer<'a> {
         }
         if !self.o.quiet {
             println!("{}", summary(self.o, &results));
+        }
+        if let Engine::Persistent(p) = &self.engine
+            && let Some(table) = p.phase_table(self.gpu)?
+        {
+            print!("{table}");
         }
         Ok(results)
     }

@@ -1,19 +1,22 @@
 //! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of an MLP
 //! of one hidden layer (or two: the `deep` variant), with a grid barrier and a barrier of each
 //! slice's blocks per step instead of a dozen kernels.
-use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute};
+use crate::cuda::{
+    Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute, dptr,
+};
 use crate::kernels;
 use crate::mlp::model::Mlp;
 use crate::mlp::params::param_layout;
 use anyhow::{Result, ensure};
 use cudarc::driver::sys::{CUevent_flags, CUlaunchAttributeID};
-use cudarc::driver::{CudaEvent, CudaFunction, CudaStream, LaunchConfig};
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
-use gpu::persistent::Params;
 use gpu::persistent::{EXCHANGE, LOGIT_SLOTS, MEETINGS, PAIR, Scratch, THREADS, logits_slot};
+use gpu::persistent::{Params, trace};
 use std::sync::Arc;
 
+pub mod phases;
 mod support;
 pub use support::{Feed, Support, describe_variants, support, support_sliced};
 use support::{cluster_size, function, grid_config};
@@ -52,6 +55,8 @@ pub struct Persistent {
     side: Arc<CudaStream>,
     shuffled: [CudaEvent; 2],
     queued: CudaEvent,
+    /// The phase trace of an epoch ([`Persistent::record_phases`]), where asked for.
+    trace: Option<CudaSlice<u64>>,
 }
 
 /// Where on the GPU's stream a shuffle ahead may start ([`Persistent::mark_shuffle_ahead`]).
@@ -148,6 +153,7 @@ impl Persistent {
             side: gpu.ctx.new_stream()?,
             shuffled: [event()?, event()?],
             queued: event()?,
+            trace: None,
         })
     }
 
@@ -283,6 +289,7 @@ impl Persistent {
             step0: step0 as u32,
             steps: steps as u32,
             stages: self.feed.stages as u32,
+            trace: self.trace.as_ref().map_or(0, |t| dptr(t, &gpu.stream)),
         };
         // Cooperative: the driver refuses the launch unless every block can be resident at
         // once, which the grid barrier needs. On Hopper the pair of each slice (or two pairs)
@@ -303,6 +310,28 @@ impl Persistent {
 
     pub fn blocks(&self) -> u32 {
         self.blocks
+    }
+
+    /// Has every later epoch record the phase trace, which a PTX built with
+    /// `GPU_PHASE_TRACE=1` writes (`Options::phases`' check refuses it elsewhere).
+    pub fn record_phases(&mut self, gpu: &Gpu) -> Result<()> {
+        let steps = (self.epoch_rows / self.batch) as usize;
+        self.trace = Some(gpu.zeros(steps * self.blocks as usize * trace::MARKS)?);
+        Ok(())
+    }
+
+    /// The last epoch's phase trace as a table ([`phases::table`]), if it was recorded.
+    pub fn phase_table(&self, gpu: &Gpu) -> Result<Option<String>> {
+        let Some(t) = &self.trace else {
+            return Ok(None);
+        };
+        let marks = gpu.download(t)?;
+        let m = phases::Marks {
+            marks: &marks,
+            steps: (self.epoch_rows / self.batch) as usize,
+            blocks: self.blocks as usize,
+        };
+        Ok(Some(phases::table(trace::phases_of(self.feed.variant), &m)))
     }
 
     pub fn feed(&self) -> Feed {
