@@ -24,6 +24,7 @@ pub fn print(gpu: &Gpu) -> Result<()> {
         ),
         None => println!("shared memory:      {smem} KiB per block (opt-in)"),
     }
+    println!("tile preferences:   {}", tile_preferences(gpu.sm));
     let built: Vec<_> = ptx::EMBEDDED.iter().map(|p| p.arch).collect();
     let cubins: Vec<_> = ptx::EMBEDDED
         .iter()
@@ -60,4 +61,39 @@ pub fn print(gpu: &Gpu) -> Result<()> {
         println!("  {k}");
     }
     Ok(())
+}
+
+/// What the GEMM tile tables say of a GPU of compute capability `sm`: its row of `ARCHS` and
+/// its lines of `PREFERENCES`, or that it has none (`docs/tiles.md`).
+fn tile_preferences(sm: u32) -> String {
+    let Some(arch) = gpu::target::Arch::find(sm) else {
+        return format!("sm_{sm} is not in the GPU table: the general procedure chooses tiles");
+    };
+    let rows: Vec<_> = crate::gemm::PREFERENCES
+        .iter()
+        .filter(|p| p.sm == sm)
+        .map(|p| format!("{:?} outputs {}", p.size, p.row.name))
+        .collect();
+    let rows = if rows.is_empty() {
+        "none (the general procedure)".to_string()
+    } else {
+        rows.join("; ")
+    };
+    format!("{} ({} KiB a block): {rows}", arch.gpus, arch.smem_kib())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpus_preferences_are_named_or_their_absence_said() {
+        let hopper = tile_preferences(90);
+        assert!(
+            hopper.contains("227 KiB") && hopper.contains("Large outputs wg90_"),
+            "{hopper}"
+        );
+        assert!(tile_preferences(86).contains("none (the general procedure)"));
+        assert!(tile_preferences(70).contains("sm_70 is not in the GPU table"));
+    }
 }

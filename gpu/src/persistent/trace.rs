@@ -1,12 +1,12 @@
 //! The phase trace. Built with `GPU_PHASE_TRACE=1` (`build.rs` then compiles the PTX with
 //! `--cfg phase_trace`), each block's thread 0 reads the GPU's nanosecond clock as a step
-//! starts and at the end of each of its phases, into [`Params::trace`]: `[step][block][mark]`,
+//! starts and at the end of each of its phases, into `Params::trace`: `[step][block][mark]`,
 //! [`MARKS`] marks a step and block, step counted from the epoch's first. `host mnist --phases`
-//! prints the medians. Without it [`Trace`] holds nothing and marks nothing: the kernels are a
+//! prints the medians. Without it `Trace` holds nothing and marks nothing: the kernels are a
 //! plain build's.
 //!
 //! Each loop's phases are a table here, which the host prints by; a loop marks them in order,
-//! one [`Trace::mark`] a phase, and a block that skips a phase marks it anyway.
+//! one `Trace::mark` a phase, and a block that skips a phase marks it anyway.
 #[cfg(target_arch = "nvptx64")]
 use super::Params;
 

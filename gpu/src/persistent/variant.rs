@@ -280,22 +280,29 @@ macro_rules! variant_table {
     ($(($name:ident, $batch:ident, $parts:literal, $most:literal, $n:literal, $w1:ident,
         $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt,
         $layers:literal),)*) => {
+        /// Each row of [`persistent_variants!`](crate::persistent_variants) by its name, for
+        /// code that names one (the kernels' exports, the two-layer kernel's layout and choice).
+        #[allow(non_upper_case_globals)]
+        pub mod rows {
+            use super::*;
+            $(pub const $name: Variant = Variant {
+                name: stringify!($name),
+                batch: Batch::$batch,
+                parts: $parts,
+                most_batch: $most,
+                n: $n,
+                w1: W1State::$w1,
+                logits: Logits::$logits,
+                accums: &[$(accum!($acc)),*],
+                archs: $crate::variant_archs!($which $sm),
+                min_slices: $slices,
+                stages: $crate::variant_stages!($stages),
+                layers: $layers,
+            };)*
+        }
         /// Every variant, from [`persistent_variants!`](crate::persistent_variants), in the
         /// host's order of preference.
-        pub const VARIANTS: &[Variant] = &[$(Variant {
-            name: stringify!($name),
-            batch: Batch::$batch,
-            parts: $parts,
-            most_batch: $most,
-            n: $n,
-            w1: W1State::$w1,
-            logits: Logits::$logits,
-            accums: &[$(accum!($acc)),*],
-            archs: $crate::variant_archs!($which $sm),
-            min_slices: $slices,
-            stages: $crate::variant_stages!($stages),
-            layers: $layers,
-        }),*];
+        pub const VARIANTS: &[Variant] = &[$(rows::$name),*];
     };
 }
 macro_rules! accum {

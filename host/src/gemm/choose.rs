@@ -24,10 +24,10 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 
 /// The tensor-core configuration the host picks for an M×N×K product on this GPU: the GPU's
 /// preference for the product's size where it has one ([`PREFERENCES`](super::PREFERENCES));
-/// else among those the PTX holds (sm_80+ ones where available), the largest tile that still gives every SM a
-/// block, and among equal ones a K slice that K fills, else the shallowest; for small outputs,
-/// the one with the most blocks, and among equal ones the deepest K slice that K fills (fewer
-/// barriers; a short K pays for zero-filled depth instead).
+/// else among those the PTX holds (sm_80+ ones where available), the largest tile that still
+/// gives every SM a block, and among equal ones a K slice that K fills, else the shallowest;
+/// for small outputs, the one with the most blocks, and among equal ones the deepest K slice
+/// that K fills (fewer barriers; a short K pays for zero-filled depth instead).
 ///
 /// `usage.beside`: another kernel runs at the same time, on another stream. Then a tile under
 /// 64×64 takes part only where its tiles number at most half the SMs: more of them spread over

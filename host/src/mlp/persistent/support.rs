@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
     DeepSmem, MAX_BATCH, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS, Variant,
-    most_batch, row_stride, variant,
+    most_batch, row_stride, rows, variant,
 };
 use gpu::target::Target;
 
@@ -220,7 +220,10 @@ fn choose_deep(
     batch: usize,
     (acc, units): (Accum, Option<usize>),
 ) -> Result<Support> {
-    let feed = Feed::of("deep");
+    let feed = Feed {
+        variant: &rows::deep,
+        stages: 0,
+    };
     let (v, target) = (feed.variant, gpu.ptx.target());
     let (h1, h2) = (sizes[1], sizes[2]);
     let bytes = feed.smem_bytes(batch, sizes);
