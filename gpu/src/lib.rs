@@ -37,6 +37,15 @@ pub const REGRESSION_THREADS: u32 = 256;
 pub const BIAS_GRAD_COLS: u32 = 64;
 pub const BIAS_GRAD_WARPS: u32 = 32;
 
+/// Rows of the softmax cross-entropy each block of `softmax_ce` takes, a thread a row.
+pub const SOFTMAX_ROWS: u32 = 256;
+
+/// Values of `SoftmaxCe::partials` for `rows` rows of `classes` classes: a loss and a count,
+/// and the column sums, for each block of [`SOFTMAX_ROWS`] rows.
+pub const fn softmax_partials(rows: usize, classes: usize) -> usize {
+    rows.div_ceil(SOFTMAX_ROWS as usize) * (2 + classes)
+}
+
 #[cfg(target_arch = "nvptx64")]
 pub mod arch;
 #[cfg(target_arch = "nvptx64")]

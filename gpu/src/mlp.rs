@@ -6,7 +6,7 @@ use crate::arch::*;
 use crate::gemm::Sgd;
 use crate::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
-use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
+use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, SOFTMAX_ROWS};
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
 #[unsafe(no_mangle)]
@@ -42,80 +42,158 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 }
 
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
-/// in one block. Writes the mean loss to `loss[s]` and the number of rows whose arg-max is the
-/// label to `correct[s]`; `s` is `*step`, which then advances by one (so a replayed graph fills
-/// one slot per step), or 0 when `step` is null. Unless `dlogits` is null, also the backward:
-/// `dlogits = (softmax − onehot) · scale` (leading dimension `ld`) and the logits' bias
-/// gradient, its column sums, into `db` (or its step, with `sgd`).
-/// Launch with one block (rows are few and short; one block keeps the sums deterministic) and
-/// one f32 of dynamic shared memory per warp.
+/// a thread a row, [`SOFTMAX_ROWS`] rows a block. Writes the mean loss to `loss[s]` and the
+/// number of rows whose arg-max is the label to `correct[s]`; `s` is `*step`, which then
+/// advances by one (so a replayed graph fills one slot per step), or 0 when `step` is null.
+/// Unless `dlogits` is null, also the backward: `dlogits = (softmax − onehot) · scale`
+/// (leading dimension `ld`) and the logits' bias gradient, its column sums, into `db` (or its
+/// step, with `sgd`).
+///
+/// One block's sums are the totals. With several, each leaves its rows' sums in `partials`, and
+/// the last to finish adds them in block order, in a fixed tree, so the result does not depend
+/// on which block ends when. Launch with `rows / SOFTMAX_ROWS` blocks (rounded up) of
+/// [`SOFTMAX_ROWS`] threads, one f32 of dynamic shared memory a warp and one u32 after them.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
-    let (logits, labels) = (p.logits as *const u16, p.labels as *const u8);
-    let (dlogits, loss, correct) = (
-        p.dlogits as *mut u16,
-        p.loss as *mut f32,
-        p.correct as *mut f32,
-    );
-    let step = p.step as *mut u32;
-    let (ld, rows, classes, scale) = (p.ld, p.rows, p.classes, p.scale);
-    let (mut l_sum, mut c_sum) = (0.0f32, 0.0f32);
-    let mut r = thread_x();
-    while r < rows {
-        let z = unsafe { logits.add((r * ld) as usize) };
-        let label = unsafe { *labels.add(r as usize) } as u32;
-        let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
-        for c in 0..classes {
-            let v = h2f(unsafe { *z.add(c as usize) });
-            if v > max {
-                max = v;
-                arg = c;
-            }
-        }
-        let mut sum = 0.0;
-        for c in 0..classes {
-            sum += ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E);
-        }
-        let zl = h2f(unsafe { *z.add(label as usize) });
-        l_sum += lg2_approx_ftz(sum) * LN_2 - (zl - max);
-        c_sum += (arg == label) as u32 as f32;
-        if !dlogits.is_null() {
-            let inv = 1.0 / sum;
-            for c in 0..classes {
-                let p = ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
-                let g = (p - (c == label) as u32 as f32) * scale;
-                unsafe { *dlogits.add((r * ld + c) as usize) = f2h(g) };
-            }
-        }
-        r += block_dim_x();
-    }
+    let first = block_x() * SOFTMAX_ROWS;
+    let (l, c) = cross_entropy_row(&p, first + thread_x());
     let scratch = dynamic_shared::<f32>();
-    let l_total = unsafe { block_sum(l_sum, scratch) };
-    let c_total = unsafe { block_sum(c_sum, scratch) };
-    if !dlogits.is_null() {
-        // `block_sum`'s barriers have made every row's gradient visible to the whole block.
-        column_sums(dlogits, rows, classes, ld, p.db as *mut u16, &p.sgd);
+    let (l_total, c_total) = unsafe { (block_sum(l, scratch), block_sum(c, scratch)) };
+    let (blocks, grads) = (grid_dim_x(), p.dlogits != 0);
+    // `block_sum`'s barriers have made every row's gradient visible to the whole block.
+    let d = (p.dlogits as *const u16).wrapping_add((first * p.ld) as usize);
+    let rows = p.rows.min(first + SOFTMAX_ROWS) - first;
+    if blocks == 1 {
+        if grads {
+            let db = p.db as *mut u16;
+            column_sums(d, rows, p.classes, p.ld, |c, total| unsafe {
+                *db.add(c as usize) = p.sgd.take(c as usize, f2h(total))
+            });
+        }
+        if thread_x() == 0 {
+            record(&p, l_total, c_total);
+        }
+        return;
+    }
+    let partials = p.partials as *mut f32;
+    if grads {
+        let sums = unsafe { partials.add((2 * blocks + block_x() * p.classes) as usize) };
+        column_sums(d, rows, p.classes, p.ld, |c, total| unsafe {
+            *sums.add(c as usize) = total
+        });
     }
     if thread_x() == 0 {
-        let s = if step.is_null() {
-            0
-        } else {
-            unsafe { *step as usize }
-        };
         unsafe {
-            *loss.add(s) = l_total / rows as f32;
-            *correct.add(s) = c_total;
-            if !step.is_null() {
-                *step = s as u32 + 1;
-            }
+            *partials.add(2 * block_x() as usize) = l_total;
+            *partials.add(2 * block_x() as usize + 1) = c_total;
+        }
+    }
+    let last = unsafe { dynamic_shared::<u32>().add(WARP as usize) };
+    sync_threads();
+    if thread_x() == 0 {
+        unsafe { *last = (arrive_counted(p.done as *mut u32) == blocks - 1) as u32 };
+    }
+    sync_threads();
+    if unsafe { *last } != 0 {
+        totals(&p, blocks, grads);
+    }
+}
+
+/// Row `r`'s loss and whether its arg-max is its label (0 past the last row), and with a
+/// gradient asked for, its row of the logits' gradient.
+fn cross_entropy_row(p: &SoftmaxCe, r: u32) -> (f32, f32) {
+    if r >= p.rows {
+        return (0.0, 0.0);
+    }
+    let z = unsafe { (p.logits as *const u16).add((r * p.ld) as usize) };
+    let label = unsafe { *(p.labels as *const u8).add(r as usize) } as u32;
+    let (mut max, mut arg) = (f32::NEG_INFINITY, 0);
+    for c in 0..p.classes {
+        let v = h2f(unsafe { *z.add(c as usize) });
+        if v > max {
+            max = v;
+            arg = c;
+        }
+    }
+    let mut sum = 0.0;
+    for c in 0..p.classes {
+        sum += ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E);
+    }
+    let zl = h2f(unsafe { *z.add(label as usize) });
+    let dlogits = p.dlogits as *mut u16;
+    if !dlogits.is_null() {
+        let inv = 1.0 / sum;
+        for c in 0..p.classes {
+            let e = ex2_approx_ftz((h2f(unsafe { *z.add(c as usize) }) - max) * LOG2_E) * inv;
+            let g = (e - (c == label) as u32 as f32) * p.scale;
+            unsafe { *dlogits.add((r * p.ld + c) as usize) = f2h(g) };
+        }
+    }
+    (
+        lg2_approx_ftz(sum) * LN_2 - (zl - max),
+        (arg == label) as u32 as f32,
+    )
+}
+
+/// The last block's part: every block's sums added in block order, each lane taking blocks
+/// `lane`, `lane + 32`, … before a fixed tree: warp `w` the bias gradient's columns `w`,
+/// `w + warps`, … (or their step), warp 0 also the loss and count, which it records.
+fn totals(p: &SoftmaxCe, blocks: u32, grads: bool) {
+    let partials = p.partials as *const u32;
+    let mut c = warp_id();
+    while grads && c < p.classes {
+        let total = over_blocks(partials, blocks, |b| 2 * blocks + b * p.classes + c);
+        if lane() == 0 {
+            let db = p.db as *mut u16;
+            unsafe { *db.add(c as usize) = p.sgd.take(c as usize, f2h(total)) };
+        }
+        c += block_dim_x() / WARP;
+    }
+    if warp_id() == 0 {
+        let loss = over_blocks(partials, blocks, |b| 2 * b);
+        let correct = over_blocks(partials, blocks, |b| 2 * b + 1);
+        if lane() == 0 {
+            record(p, loss, correct);
+            // Ready for the next call.
+            unsafe { *(p.done as *mut u32) = 0 };
         }
     }
 }
 
-/// `db[c] = Σ_r d[r][c]` (or with `sgd` its step) by one block: warp `w` sums columns `w`,
-/// `w + warps`, …, each lane the rows `lane`, `lane + 32`, …, then the lanes in a fixed tree:
-/// the result does not depend on timing.
-fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16, sgd: &Sgd) {
+/// The sum over `blocks` blocks of the partial (f32 bits) at `index(b)`: lane `l` adds blocks
+/// `l`, `l + 32`, …, then the lanes add in a fixed tree. Other blocks wrote them: the loads
+/// bypass L1.
+fn over_blocks(partials: *const u32, blocks: u32, index: impl Fn(u32) -> u32) -> f32 {
+    let mut sum = 0.0f32;
+    let mut b = lane();
+    while b < blocks {
+        sum += f32::from_bits(ld_global_cg_u32(unsafe { partials.add(index(b) as usize) }));
+        b += WARP;
+    }
+    warp_sum(sum)
+}
+
+/// The mean loss and the correct count into the step's slot, and the slot advanced.
+fn record(p: &SoftmaxCe, loss: f32, correct: f32) {
+    let step = p.step as *mut u32;
+    let s = if step.is_null() {
+        0
+    } else {
+        unsafe { *step as usize }
+    };
+    unsafe {
+        *(p.loss as *mut f32).add(s) = loss / p.rows as f32;
+        *(p.correct as *mut f32).add(s) = correct;
+        if !step.is_null() {
+            *step = s as u32 + 1;
+        }
+    }
+}
+
+/// `f(c, Σ_r d[r][c])` for each column `c` of `rows` rows by one block: warp `w` sums columns
+/// `w`, `w + warps`, …, each lane the rows `lane`, `lane + 32`, …, then the lanes in a fixed
+/// tree: the result does not depend on timing. Lane 0 of the column's warp calls `f`.
+fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, f: impl Fn(u32, f32)) {
     let warps = block_dim_x() / WARP;
     let mut c = warp_id();
     while c < cols {
@@ -127,7 +205,7 @@ fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, db: *mut u16, sgd: 
         }
         let total = warp_sum(sum);
         if lane() == 0 {
-            unsafe { *db.add(c as usize) = sgd.take(c as usize, f2h(total)) };
+            f(c, total);
         }
         c += warps;
     }

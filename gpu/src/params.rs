@@ -51,6 +51,12 @@ pub struct SoftmaxCe {
     /// Where the slot is read (`u32`) and then advanced, so that a replayed graph fills one
     /// slot per step; 0 for slot 0.
     pub step: u64,
+    /// Each block's sums (f32): the loss and correct count of its rows, a pair a block, then
+    /// its rows' column sums of the logits' gradient, `classes` a block
+    /// ([`softmax_partials`](crate::softmax_partials) values); and the count of blocks done
+    /// (`u32`, zero before the launch; the last block sets it back to zero).
+    pub partials: u64,
+    pub done: u64,
 }
 
 /// The parameters of `bias_grad`: the column sums of `rows × cols` fp16 `dy` (leading dimension

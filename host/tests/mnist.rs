@@ -28,9 +28,10 @@ fn persistent_support(g: &Gpu, o: &Options, ds: &Dataset) -> Support {
 fn one_step_gradients_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let mut rng = StdRng::seed_from_u64(5);
-    for acc in [Accum::F16, Accum::F32] {
+    // 19 rows: one block of the loss; 600: three, the last part-filled, whose sums the last
+    // block to finish adds.
+    for (acc, rows) in [(Accum::F16, 19), (Accum::F32, 19), (Accum::F16, 600)] {
         for sizes in [vec![40usize, 24, 10], vec![30, 33, 17, 10]] {
-            let rows = 19;
             let one_step = StepShape::new(rows, rows, 1);
             // fp16-representable parameters and inputs, so both sides see the same operands.
             let params: Vec<f32> = init_params(&sizes, Init::Kaiming, 9)
@@ -63,6 +64,25 @@ fn one_step_gradients_match_cpu_reference() {
             )
             .unwrap();
             m.backward(dptr(&dx, s), rows, None).unwrap();
+            // Again: the same loss and logits' bias gradient to the bit, whichever block ends
+            // last.
+            let first = (g.download(&loss).unwrap(), g.download_buf(m.g16).unwrap());
+            let again = g.upload(&[2u32]).unwrap();
+            m.loss(
+                dptr(&dy, s),
+                rows,
+                Some(1.0 / rows as f32),
+                sums,
+                dptr(&again, s),
+                None,
+            )
+            .unwrap();
+            assert_eq!(g.download(&loss).unwrap(), first.0, "{sizes:?} {rows} rows");
+            assert_eq!(
+                g.download_buf(m.g16).unwrap(),
+                first.1,
+                "{sizes:?} {rows} rows"
+            );
             let got: Vec<f32> = g
                 .download_buf(m.g16)
                 .unwrap()

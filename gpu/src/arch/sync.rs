@@ -95,6 +95,20 @@ fn announce(counter: *mut u32) {
     }
 }
 
+/// Adds this block's arrival to `counter` and returns the count before it, after a fence that
+/// makes the block's earlier writes visible to the block that reads the last count; that
+/// block's thread then sees every other block's writes (the add acquires). Thread 0 calls it,
+/// after the barrier of the block's threads.
+#[inline(always)]
+pub fn arrive_counted(counter: *mut u32) -> u32 {
+    let before: u32;
+    unsafe {
+        asm!("fence.acq_rel.gpu;", "atom.acq_rel.gpu.global.add.u32 {b}, [{c}], 1;",
+             b = out(reg32) before, c = in(reg64) counter, options(nostack));
+    }
+    before
+}
+
 /// Spins until `counter` reaches `target`, with acquire loads, which order what follows
 /// without a fence after the loop.
 #[inline(always)]

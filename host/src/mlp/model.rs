@@ -10,7 +10,7 @@ use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
-use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS};
+use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, SOFTMAX_ROWS, softmax_partials};
 use half::f16;
 use std::ops::Range;
 
@@ -41,6 +41,8 @@ pub struct Mlp<'g> {
     ws: Buf<f32>,
     /// Where the parameters' gradients (and steps) run beside the rest of the backward pass.
     beside: Beside,
+    /// The loss's blocks' sums and the count of its blocks done (`SoftmaxCe::partials`).
+    loss_partials: (Buf<f32>, Buf<u32>),
 }
 
 /// A second stream and the split-K workspace of the GEMMs it runs.
@@ -232,6 +234,10 @@ impl<'g> Mlp<'g> {
                 side: SideStream::new(gpu)?,
                 ws: arena.alloc(ws_len[1])?,
             },
+            loss_partials: (
+                arena.alloc(softmax_partials(rows, *sizes.last().unwrap()))?,
+                arena.alloc(1)?,
+            ),
         })
     }
 
@@ -245,6 +251,8 @@ impl<'g> Mlp<'g> {
         );
         self.gpu.upload_to(self.w32, params)?;
         self.gpu.zero(self.vel)?;
+        // The loss's count of blocks done starts at zero; its last block resets it each call.
+        self.gpu.zero(self.loss_partials.1)?;
         let f = self.gpu.function(kernels::F32_TO_F16)?;
         let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
@@ -551,6 +559,8 @@ impl<'g> Mlp<'g> {
             loss,
             correct,
             step,
+            partials: self.loss_partials.0.ptr,
+            done: self.loss_partials.1.ptr,
         };
         softmax_ce(self.gpu, p)
     }
@@ -565,16 +575,18 @@ impl<'g> Mlp<'g> {
     }
 }
 
-/// Launches `softmax_ce` with `p`: one block of 1024 threads, a row at a time.
+/// Launches `softmax_ce` with `p`: a block of [`SOFTMAX_ROWS`] threads for each as many rows,
+/// with a word of shared memory for each of its warps' sums and one for the last block's flag.
 fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
     let f = gpu.function(kernels::SOFTMAX_CE)?;
     let mut b = gpu.stream.launch_builder(&f);
+    let blocks = p.rows.div_ceil(SOFTMAX_ROWS).max(1);
     let p = ParamBlock(p);
     b.arg(&p);
     let cfg = LaunchConfig {
-        grid_dim: (1, 1, 1),
-        block_dim: (1024, 1, 1),
-        shared_mem_bytes: 32 * 4,
+        grid_dim: (blocks, 1, 1),
+        block_dim: (SOFTMAX_ROWS, 1, 1),
+        shared_mem_bytes: (32 + 1) * 4,
     };
     // SAFETY: the kernel's one parameter is a `SoftmaxCe`; the caller's buffers outlive the
     // queued work.
