@@ -44,7 +44,7 @@ for host in "$@"; do
     # The binary by its file name alone: where it was built or copied to says nothing of it.
     name=$(basename "$host")
     rows+=("$name|${module:--}|$cmd|cold|$cold" "$name|${module:--}|$cmd|warm|$warm")
-    echo "done: $host $cmd" >&2
+    echo "done: $name $cmd" >&2
   done
   rm -rf "$warm_cache"
 done

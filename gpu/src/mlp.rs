@@ -52,7 +52,8 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// One block's sums are the totals. With several, each leaves its rows' sums in `partials`, and
 /// the last to finish adds them in block order, in a fixed tree, so the result does not depend
 /// on which block ends when. Launch with `rows / SOFTMAX_ROWS` blocks (rounded up) of
-/// [`SOFTMAX_ROWS`] threads, one f32 of dynamic shared memory a warp and one u32 after them.
+/// [`SOFTMAX_ROWS`] threads and 33 words of dynamic shared memory: the warps' sums in the first
+/// 32 (one a warp), the last block's flag after them.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
     let first = block_x() * SOFTMAX_ROWS;

@@ -371,19 +371,6 @@ mod tests {
                 "--reduce-pieces 0: give 1 to 16".into(),
             ),
             (
-                vec!["mnist", "--phases", "--gpus", "2"],
-                if host::ptx::PHASE_TRACE {
-                    "--phases traces the persistent kernel training on one GPU"
-                } else {
-                    "--phases needs the phase trace compiled in: build with GPU_PHASE_TRACE=1"
-                }
-                .into(),
-            ),
-            (
-                vec!["gemm", "--explain", "tc99"],
-                "no tile row \"tc99\"; the rows are tc75_128x128x32_64x32".into(),
-            ),
-            (
                 vec!["allreduce", "--pieces", "1,17"],
                 "--pieces: give 1 to 16".into(),
             ),
@@ -428,6 +415,25 @@ mod tests {
             let args: Vec<&str> = std::iter::once("host").chain(args).collect();
             let e = error(&args);
             assert!(e.contains(&says), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn phase_and_tile_flags_are_one_line_errors_before_the_gpu() {
+        let phases = if host::ptx::PHASE_TRACE {
+            "--phases traces the persistent kernel training on one GPU"
+        } else {
+            "--phases needs the phase trace compiled in: build with GPU_PHASE_TRACE=1"
+        };
+        for (args, says) in [
+            (vec!["host", "mnist", "--phases", "--gpus", "2"], phases),
+            (
+                vec!["host", "gemm", "--explain", "tc99"],
+                "no tile row \"tc99\"; the rows are tc75_128x128x32_64x32",
+            ),
+        ] {
+            let e = error(&args);
+            assert!(e.contains(says), "{args:?}: {e}");
         }
     }
 }

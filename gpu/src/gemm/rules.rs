@@ -55,8 +55,7 @@ impl TileConfig {
         }
     }
 
-    /// Whether some GPU of [`ARCHS`] that runs this row's PTX has room for its stages (and,
-    /// for `mma.sync` rows, for the C tile an SGD step stages).
+    /// Whether some GPU of [`ARCHS`] that runs this row's PTX has room for its stages.
     pub const fn fits_some_gpu(&self) -> bool {
         let mut i = 0;
         while i < ARCHS.len() {

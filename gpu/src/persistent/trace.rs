@@ -10,7 +10,7 @@
 #[cfg(target_arch = "nvptx64")]
 use super::Params;
 
-/// The one-layer loop's phases (`kernel::train`).
+/// The one-layer loop's phases (`one_layer::train`).
 pub const ONE_LAYER: &[&str] = &[
     "batch and W1 wait",
     "forward",
@@ -25,7 +25,7 @@ pub const ONE_LAYER: &[&str] = &[
     "update",
 ];
 
-/// The two-layer loop's phases (`deep::kernel::train`); a shadow block of the second layer
+/// The two-layer loop's phases (`two_layers::train`); a shadow block of the second layer
 /// marks its phases of that layer as it passes them.
 pub const TWO_LAYERS: &[&str] = &[
     "W2 publish, batch wait",

@@ -122,17 +122,17 @@ pub fn explain(c: &TileConfig) -> String {
         "accumulators {f32} fp32 registers a thread ({f16} with fp16 sums, two a register)"
     );
     let stage = (bm + bn) * bk * 2;
+    let barriers = if c.is_wgmma() {
+        format!(" + {} B of mbarriers", c.stages * 16)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "shared       {} stages × ({bm}+{bn})×{bk} fp16 = {} × {stage} B = {} B{}",
+        "shared       {} stages × ({bm}+{bn})×{bk} fp16 = {} × {stage} B{barriers} = {} B",
         c.stages,
         c.stages,
-        c.smem_bytes(),
-        if c.is_wgmma() {
-            format!(" with {} B of mbarriers", c.stages * 16)
-        } else {
-            String::new()
-        }
+        c.smem_bytes()
     );
     let fits: Vec<_> = ARCHS
         .iter()
@@ -253,6 +253,10 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("each loads 128 columns"), "{e}");
+        assert!(
+            e.contains("4 × 49152 B + 64 B of mbarriers = 196672 B"),
+            "{e}"
+        );
     }
 
     #[test]

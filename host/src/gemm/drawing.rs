@@ -1,7 +1,7 @@
 //! An SVG of a row of `tile_configs!`, generated from the row: the block tile of C, its warp (or
 //! warpgroup) tiles, each labelled, and the instruction tiles of the first one, which one warp's
 //! `mma.sync` (or one warpgroup's `wgmma`) accumulates. `host gemm --explain ROW --svg FILE`
-//! writes it; the drawings in `docs/gemm.md` are its output.
+//! writes it; the drawings in `docs/tiles.md` are its output.
 use super::anatomy::warp_grid;
 use gpu::gemm::TileConfig;
 use std::fmt::Write;

@@ -576,7 +576,7 @@ impl<'g> Mlp<'g> {
 }
 
 /// Launches `softmax_ce` with `p`: a block of [`SOFTMAX_ROWS`] threads for each as many rows,
-/// with a word of shared memory for each of its warps' sums and one for the last block's flag.
+/// with 32 words of shared memory for its warps' sums and one for the last block's flag.
 fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
     let f = gpu.function(kernels::SOFTMAX_CE)?;
     let mut b = gpu.stream.launch_builder(&f);

@@ -178,8 +178,8 @@ pub fn validate(o: &Options) -> Result<()> {
         "--phases needs the phase trace compiled in: build with GPU_PHASE_TRACE=1 cargo build --release"
     );
     ensure!(
-        !o.phases || (o.gpus == 1 && !o.layered && o.epochs > 0),
-        "--phases traces the persistent kernel training on one GPU: drop --gpus, --layered or --epochs 0"
+        !o.phases || (o.gpus == 1 && !o.layered && o.graph && o.config.is_none() && o.epochs > 0),
+        "--phases traces the persistent kernel training on one GPU: drop --gpus, --layered, --no-graph, --config or --epochs 0"
     );
     ensure!(
         o.parallel != Some(Parallel::Tensor) || o.splits_hidden(),
@@ -366,8 +366,7 @@ mod tests {
         };
         assert!(validate(&data).is_ok());
         // Settled once, the choice is carried: the same options give the same answer.
-        let settled = o(vec![4096], 2).settled();
-        assert_eq!(settled.parallel, Some(Parallel::Tensor));
-        assert_eq!(settled.settled().parallel, Some(Parallel::Tensor));
+        assert_eq!(o(vec![4096], 2).settled().parallel, Some(Parallel::Tensor));
+        assert_eq!(o(vec![4096], 3).settled().parallel, Some(Parallel::Data));
     }
 }

@@ -39,7 +39,7 @@ pub fn train_data_parallel(
         first + world - 1
     );
     if !o.quiet {
-        println!("{}", sharing(o, ds, "GPUs")?);
+        println!("{}", sharing_line(o, ds, "GPUs")?);
     }
     let id = UniqueId::new()?;
     first_error(on_each_rank(world, |rank, meet| {
@@ -85,7 +85,7 @@ fn replica(
 }
 
 /// The line that says how the run's `o.gpus` ranks (`what`: GPUs, processes) share a step.
-fn sharing(o: &Options, ds: &Dataset, what: &str) -> Result<String> {
+fn sharing_line(o: &Options, ds: &Dataset, what: &str) -> Result<String> {
     let (world, version) = (o.gpus, nccl::describe()?);
     Ok(match o.sharing() {
         Parallel::Data => format!(
@@ -136,7 +136,7 @@ pub fn train_launched(
     let o = rank_options(l.rank, &o);
     validate(&o)?;
     if !o.quiet {
-        println!("{}", sharing(&o, ds, "processes")?);
+        println!("{}", sharing_line(&o, ds, "processes")?);
     }
     let gpu = Gpu::with_options(l.local_rank, gpu)?;
     gpu.ctx.bind_to_thread()?;
