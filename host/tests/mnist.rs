@@ -54,29 +54,18 @@ fn one_step_gradients_match_cpu_reference() {
             let s = &g.stream;
             m.forward(dptr(&dx, s), rows).unwrap();
             let sums = (dptr(&loss, s), dptr(&correct, s));
-            m.loss(
-                dptr(&dy, s),
-                rows,
-                Some(1.0 / rows as f32),
-                sums,
-                dptr(&step, s),
-                None,
-            )
-            .unwrap();
+            // The loss into the slot `step` holds, with the logits' gradient.
+            let loss_at = |step: u64| {
+                let scale = Some(1.0 / rows as f32);
+                m.loss(dptr(&dy, s), rows, scale, sums, step, None).unwrap()
+            };
+            loss_at(dptr(&step, s));
             m.backward(dptr(&dx, s), rows, None).unwrap();
             // Again: the same loss and logits' bias gradient to the bit, whichever block ends
             // last.
             let first = (g.download(&loss).unwrap(), g.download_buf(m.g16).unwrap());
             let again = g.upload(&[2u32]).unwrap();
-            m.loss(
-                dptr(&dy, s),
-                rows,
-                Some(1.0 / rows as f32),
-                sums,
-                dptr(&again, s),
-                None,
-            )
-            .unwrap();
+            loss_at(dptr(&again, s));
             assert_eq!(g.download(&loss).unwrap(), first.0, "{sizes:?} {rows} rows");
             assert_eq!(
                 g.download_buf(m.g16).unwrap(),

@@ -4,7 +4,7 @@ use super::usage::Usage;
 use super::version::Version;
 use crate::cuda::Gpu;
 use anyhow::Result;
-use gpu::gemm::{Accum, SGD_DEEP, TILE_CONFIGS, TileConfig};
+use gpu::gemm::{Accum, TILE_CONFIGS, TileConfig};
 
 /// How many K slices to give an output too small to fill the GPU: enough blocks for about two
 /// per SM, each slice at least 2 K steps deep, at most 32 slices.
@@ -36,7 +36,7 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 /// (`docs/gemm.md`).
 ///
 /// `usage.steps`: the epilogue takes an SGD step. Then only tiles whose threads keep
-/// [`SGD_DEEP`] quads of master weights and velocity in flight take part: at a short K those 16
+/// [`SGD_DEEP`](gpu::gemm::SGD_DEEP) quads of master weights and velocity in flight take part: at a short K those 16
 /// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
@@ -53,10 +53,7 @@ pub fn choose_config(
     if let Some(c) = preferred((gpu.sm, gpu.ptx.target(), smem), (m, n, k), usage) {
         return Ok(c);
     }
-    if usage.copy_engine
-        && !usage.steps
-        && let Some(c) = choose_wgmma(gpu, (m, n, k))
-    {
+    if let Some(c) = choose_wgmma(gpu, (m, n, k), usage) {
         return Ok(c);
     }
     let mma_sync = || {
@@ -72,7 +69,7 @@ pub fn choose_config(
     let usable: Vec<_> = mma_sync()
         .filter(|c| Some(c.min_sm()) == best_sm && c.smem_bytes() <= smem)
         .filter(|c| !usage.beside || beside_ok(c))
-        .filter(|c| !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP)
+        .filter(|c| usage.admits(c, k))
         .collect();
     let depth = |c: &TileConfig| {
         let bk = c.block.2 as isize;
@@ -104,13 +101,17 @@ pub fn choose_config(
 /// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do
 /// (measured in `docs/gemm.md`, "64-wide warpgroup tiles"). Among equal tiles, the last row of
 /// the table.
-fn choose_wgmma(gpu: &Gpu, (m, n, k): (usize, usize, usize)) -> Option<&'static TileConfig> {
+fn choose_wgmma(
+    gpu: &Gpu,
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+) -> Option<&'static TileConfig> {
     let sms = gpu.sm_count() as usize;
     let target = gpu.ptx.target();
     TILE_CONFIGS
         .iter()
         .filter(|c| c.is_wgmma() && c.in_ptx(target))
-        .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && c.block.2 <= k)
+        .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && usage.admits(c, k))
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
         .max_by_key(|c| c.block.0 * c.block.1)
 }

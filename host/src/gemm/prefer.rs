@@ -4,7 +4,7 @@
 //! lines to paste here. A preference applies only where the row could run anyway: its PTX is
 //! loaded, its stages fit the block's shared memory, and the product's usage allows it.
 use super::usage::Usage;
-use gpu::gemm::{SGD_DEEP, TILE_CONFIGS, TileConfig, rows};
+use gpu::gemm::{TILE_CONFIGS, TileConfig, rows};
 use gpu::target::Target;
 
 /// Outputs of at least this many elements are [`Size::Large`]: 4096 × 4096, where every SM
@@ -58,19 +58,8 @@ pub fn preferred(
         .iter()
         .filter(|p| p.sm == sm && p.size == size)
         .map(|p| p.row)
-        .find(|c| c.in_ptx(target) && c.smem_bytes() <= smem && allows(c, usage, k))?;
+        .find(|c| c.in_ptx(target) && c.smem_bytes() <= smem && usage.admits(c, k))?;
     TILE_CONFIGS.iter().find(|c| **c == row)
-}
-
-/// Whether a product of `usage` and depth `k` may run on `c`: a `wgmma` row needs operands
-/// the copy engine reads and takes no SGD step; an `mma.sync` row that steps keeps
-/// [`SGD_DEEP`] quads in flight; a row beside another kernel is taken as any other.
-fn allows(c: &TileConfig, usage: Usage, k: usize) -> bool {
-    if c.is_wgmma() {
-        usage.copy_engine && !usage.steps && c.block.2 <= k
-    } else {
-        !usage.steps || c.sgd_quads_in_flight() == SGD_DEEP
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 //! How a GEMM runs, besides its dimensions: what the host's choice of a row depends on.
+use gpu::gemm::{SGD_DEEP, TileConfig};
 
 /// How a GEMM runs, besides its dimensions, where that changes the configuration the host
 /// picks for it (`choose_config`).
@@ -20,6 +21,18 @@ impl Usage {
         Usage {
             copy_engine: lda.is_multiple_of(8) && ldb.is_multiple_of(8),
             ..Usage::default()
+        }
+    }
+
+    /// Whether row `c` may run a product of this usage and depth `k`, for the general choice
+    /// and a GPU's preference alike: a `wgmma` row needs operands the copy engine reads, takes
+    /// no SGD step and a K of at least its slice; an `mma.sync` row that steps keeps
+    /// [`SGD_DEEP`] quads of the step in flight (`docs/gemm.md`).
+    pub fn admits(&self, c: &TileConfig, k: usize) -> bool {
+        if c.is_wgmma() {
+            self.copy_engine && !self.steps && c.block.2 <= k
+        } else {
+            !self.steps || c.sgd_quads_in_flight() == SGD_DEEP
         }
     }
 }

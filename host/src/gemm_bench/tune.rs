@@ -3,8 +3,8 @@
 //! (`host/src/gemm/prefer.rs`) that would make the winner the choice on this GPU.
 use super::Row;
 use crate::cuda::Gpu;
-use crate::gemm::Size;
-use gpu::gemm::TILE_CONFIGS;
+use crate::gemm::{Size, Version};
+use gpu::gemm::Accum;
 use std::fmt::Write;
 
 /// Rows each size's ranking shows.
@@ -87,13 +87,14 @@ fn rank<'a>(s: &mut String, sm: u32, rows: impl Iterator<Item = &'a Row>) {
     }
 }
 
-/// The tile row a version label (`<row>_<acc>`, perhaps `_splitk<N>` after it) was run with.
+/// The tile row a version label (`<row>_<acc>`, perhaps `_splitk<N>` after it, as
+/// [`Version::label`] and the split rows print it) was run with.
 fn tile_row(label: &str) -> Option<&'static str> {
-    TILE_CONFIGS.iter().map(|c| c.name).find(|name| {
-        label
-            .strip_prefix(name)
-            .is_some_and(|rest| rest.starts_with("_f16") || rest.starts_with("_f32"))
-    })
+    let unsplit = label.split("_splitk").next()?;
+    match Version::parse(unsplit, Accum::F16) {
+        Ok(Version::Tensor(c, _)) => Some(c.name),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

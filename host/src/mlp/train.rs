@@ -125,6 +125,12 @@ impl<'a> Trainer<'a> {
         let replicas = comm.filter(|_| split.is_none()).map_or(1, |c| c.world());
         let shape = StepShape::new(o.batch, ds.train.count, replicas);
         let choice = Choice::new(gpu, o, &local, &shape, comm.is_some())?;
+        if let (true, Choice::Layered(why)) = (o.phases, &choice) {
+            anyhow::bail!(
+                "--phases traces the persistent kernel, and this run takes the layered step{}",
+                why.as_ref().map_or(String::new(), |why| format!(": {why}"))
+            );
+        }
         let eval = EvalShape::new(ds.test.count);
         let footprint = Footprint {
             sizes: &local,
@@ -138,16 +144,8 @@ impl<'a> Trainer<'a> {
             _ => None,
         };
         let mut engine = carved.engine;
-        if o.phases {
-            match &mut engine {
-                Engine::Persistent(p) => p.record_phases(gpu)?,
-                Engine::Layered(l) => anyhow::bail!(
-                    "--phases traces the persistent kernel, and this run takes the layered step{}",
-                    l.why_not_persistent
-                        .as_ref()
-                        .map_or(String::new(), |why| format!(": {why}"))
-                ),
-            }
+        if let (true, Engine::Persistent(p)) = (o.phases, &mut engine) {
+            p.record_phases(gpu)?;
         }
         let t = Trainer {
             gpu,

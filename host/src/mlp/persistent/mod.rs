@@ -241,7 +241,7 @@ impl Persistent {
         lr: f32,
         momentum: f32,
     ) -> Result<()> {
-        let epoch_steps = (self.epoch_rows / self.batch) as usize;
+        let epoch_steps = self.epoch_steps();
         ensure!(
             step0 + steps <= epoch_steps,
             "steps {step0}..{} are past the epoch's {epoch_steps}",
@@ -312,10 +312,15 @@ impl Persistent {
         self.blocks
     }
 
+    /// Steps of an epoch.
+    fn epoch_steps(&self) -> usize {
+        (self.epoch_rows / self.batch) as usize
+    }
+
     /// Has every later epoch record the phase trace, which a PTX built with
     /// `GPU_PHASE_TRACE=1` writes (`Options::phases`' check refuses it elsewhere).
     pub fn record_phases(&mut self, gpu: &Gpu) -> Result<()> {
-        let steps = (self.epoch_rows / self.batch) as usize;
+        let steps = self.epoch_steps();
         self.trace = Some(gpu.zeros(steps * self.blocks as usize * trace::MARKS)?);
         Ok(())
     }
@@ -328,7 +333,7 @@ impl Persistent {
         let marks = gpu.download(t)?;
         let m = phases::Marks {
             marks: &marks,
-            steps: (self.epoch_rows / self.batch) as usize,
+            steps: self.epoch_steps(),
             blocks: self.blocks as usize,
         };
         Ok(Some(phases::table(trace::phases_of(self.feed.variant), &m)))

@@ -25,14 +25,9 @@ impl Marks<'_> {
 
     /// Median over the steps of each phase's time of block `b`, and of its step.
     fn medians(&self, b: usize, phases: usize) -> Vec<u64> {
+        let steps: Vec<_> = (0..self.steps).map(|s| self.times(s, b, phases)).collect();
         (0..=phases)
-            .map(|p| {
-                median(
-                    (0..self.steps)
-                        .map(|s| self.times(s, b, phases)[p])
-                        .collect(),
-                )
-            })
+            .map(|p| median(steps.iter().map(|t| t[p]).collect()))
             .collect()
     }
 }
