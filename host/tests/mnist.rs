@@ -353,8 +353,9 @@ fn single_buffer_persistent_steps_match_cpu_reference() {
 
 /// [`persistent_steps_match_cpu_reference`] with two hidden layers (Hopper PTX, fp16
 /// accumulators): the second as wide as the first (128: MNIST's, 16 slices) and narrower (the
-/// slices past its n-tiles are shadows), of a width that ends in half a k-step (24, 40), at
-/// input widths of 3 and 49 dW1 tiles.
+/// slices past its n-tiles are shadows), of a width that ends in half a k-step (24, 40, 136),
+/// at input widths of 3 and 49 dW1 tiles; H1 and dZ2 as flagged lines (a first layer of up to
+/// 128 units) and as counted planes (144).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn deep_persistent_steps_match_cpu_reference() {
@@ -364,7 +365,12 @@ fn deep_persistent_steps_match_cpu_reference() {
         eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
         return;
     }
-    let sizes = [[48, 32, 24, 10], [784, 128, 128, 10], [784, 48, 40, 10]];
+    let sizes = [
+        [48, 32, 24, 10],
+        [784, 128, 128, 10],
+        [784, 48, 40, 10],
+        [784, 144, 136, 10],
+    ];
     persistent_steps_against_cpu(&g, Some(feed), &sizes, &BATCHES);
     // What it does not take is refused with the reason.
     for (sizes, batch, why) in [

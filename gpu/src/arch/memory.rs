@@ -24,6 +24,30 @@ pub fn st_global_v4(p: *mut u8, v: [u32; 4]) {
     }
 }
 
+/// 16-byte relaxed store to global memory at the GPU's scope, for a reader on another SM
+/// that polls it: each aligned 8-byte half reaches L2 whole, as NCCL's LL protocol relies on.
+#[inline(always)]
+pub fn st_relaxed_v4(p: *mut u32, v: [u32; 4]) {
+    unsafe {
+        asm!("st.relaxed.gpu.global.v4.u32 [{p}], {{{v0}, {v1}, {v2}, {v3}}};",
+             p = in(reg64) p, v0 = in(reg32) v[0], v1 = in(reg32) v[1], v2 = in(reg32) v[2],
+             v3 = in(reg32) v[3], options(nostack));
+    }
+}
+
+/// 16-byte relaxed load from global memory at the GPU's scope: never served from L1, so a
+/// loop of them sees another SM's [`st_relaxed_v4`] once it lands.
+#[inline(always)]
+pub fn ld_relaxed_v4(p: *const u32) -> [u32; 4] {
+    let (r0, r1, r2, r3): (u32, u32, u32, u32);
+    unsafe {
+        asm!("ld.relaxed.gpu.global.v4.u32 {{{r0}, {r1}, {r2}, {r3}}}, [{p}];",
+             r0 = out(reg32) r0, r1 = out(reg32) r1, r2 = out(reg32) r2, r3 = out(reg32) r3,
+             p = in(reg64) p, options(nostack));
+    }
+    [r0, r1, r2, r3]
+}
+
 /// Loads that bypass L1 (`.cg`): for values other SMs wrote during this launch.
 #[inline(always)]
 pub fn ld_global_cg_u32(p: *const u32) -> u32 {

@@ -1,26 +1,29 @@
 //! Two hidden layers in one launch (the `deep` variant, Hopper): the one-layer step's phases
-//! run once per layer, each layer a [`Block`](super::context::Block) of its own, with two
-//! meetings of the blocks of each half of the batch between them (`docs/deeper.md`).
+//! run once per layer, each layer a [`Block`](super::context::Block) of its own, with the
+//! blocks of each half of the batch passing activations and gradients between them
+//! (`docs/deeper.md`).
 //!
 //! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch.
 //! The second layer's n-tiles are dealt over the same slices, slice `s` taking n-tile `s`;
 //! where the second layer is narrower, the slices past its n-tiles are shadows, which take no
-//! part in its work: they meet the grid and the half's blocks, and compute dH1 from dZ2 as
-//! every block does. The first layer's block has the batch as input and no classes; the
-//! second's input is H1, gathered into its batch buffer, and its outputs the logits. A step:
-//! 1. layer 1's forward, `H1[:, s]`, block-local; published to global memory (fp16) and the
-//!    blocks of the half meet (A);
+//! part in its work: they meet the grid, and compute dH1 from dZ2 as every block does. The
+//! first layer's block has the batch as input and no classes; the second's input is H1,
+//! gathered into its batch buffer, and its outputs the logits. A step:
+//! 1. layer 1's forward, `H1[:, s]`, block-local, published to global memory (fp16);
 //! 2. each block gathers H1 of its rows; layer 2's forward, the partial logits and the grid
 //!    barrier, the softmax and `dZ2[:, t]`: the one-layer step's phases on the second block;
-//! 3. `dZ2[:, t]` is published and the half's blocks meet (B), while they compute the shares
-//!    of db2, dW3, db3 and `dW2[t] = dZ2[:, t]ᵀ·H1`;
+//! 3. `dZ2[:, t]` is published, and the owners compute the shares of db2, dW3, db3 and
+//!    `dW2[t] = dZ2[:, t]ᵀ·H1`;
 //! 4. `dH1[:, s] = dZ2·W2[:, s]` through the ReLU: dZ2 gathered, W2's columns of the slice from
 //!    the fp16 copy that their owners publish as each step starts (two copies alternate, so a
-//!    step never reads values of the next);
+//!    step never overwrites a copy that a block may still be reading);
 //! 5. layer 1's shares of db1 and dW1, then each layer's exchange within the pair and update.
 //!
-//! Three meetings a step (A, the grid barrier, B): one gather of activations and one of input
-//! gradients besides the one-layer kernel's grid barrier.
+//! H1 and dZ2 are planes (`plane`) that a block gathers as soon as they carry the step's flag
+//! (a first layer of up to 128 units) or after a meeting of its half's blocks at a counter (A
+//! for H1, B for dZ2). W2's copy needs neither: the step's grid barrier orders it. Each plane's
+//! next write follows a grid barrier that its readers pass only after reading it: H1's and
+//! dZ2's the next step's, W2's copy the one after.
 use super::*;
 
 /// The deep kernel's shared memory: the first layer's layout (the row's own, one buffer of
@@ -59,9 +62,10 @@ pub const fn cols_row(hidden2: usize) -> usize {
     (hidden2.next_multiple_of(16) + 8) * 2
 }
 
-/// Where the blocks of the deep kernel leave what the others read, in fp16 elements from
-/// [`Params::scratch`]: H1 and dZ2 (`[batch][width]` each) and the two copies of W2 (`[hidden]
-/// [hidden2]`: an input's weights of one n-tile are 16 bytes, as the owners hold them).
+/// Where the blocks of the deep kernel leave what the others read, in 32-bit words from
+/// [`Params::scratch`]: H1 and dZ2 (`[batch][width]` each, room for flagged lines:
+/// [`plane_words`]) and the two fp16 copies of W2 (`[hidden][hidden2]`: an input's weights of
+/// one n-tile are 16 bytes, as the owners hold them).
 #[derive(Clone, Copy, Debug)]
 pub struct Scratch {
     pub h1: usize,
@@ -72,9 +76,9 @@ pub struct Scratch {
 
 impl Scratch {
     pub const fn of(batch: usize, hidden: usize, hidden2: usize) -> Scratch {
-        let dz2 = batch * hidden;
-        let w2 = dz2 + batch * hidden2;
-        let copy = hidden * hidden2;
+        let dz2 = plane_words(batch, hidden);
+        let w2 = dz2 + plane_words(batch, hidden2);
+        let copy = hidden * hidden2 / 2;
         Scratch {
             h1: 0,
             dz2,
@@ -84,8 +88,9 @@ impl Scratch {
     }
 }
 
-/// The meetings of each half's blocks, `[meeting][part]` in [`Params::counters`] after the
-/// grid barrier's: A after H1 is published, B after dZ2.
+/// The meetings of each half's blocks where the planes are counted (`plane`), `[meeting]
+/// [part]` in [`Params::counters`] after the grid barrier's: A after H1 is published, B after
+/// dZ2.
 pub const MEETINGS: usize = 2;
 pub const fn meeting_counter(meeting: usize, part: usize) -> usize {
     1 + PAIR * meeting + part

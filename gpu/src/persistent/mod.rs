@@ -226,6 +226,8 @@ pub const fn own_shares(n: usize) -> usize {
 
 mod deep;
 pub use deep::*;
+mod flagged;
+pub use flagged::plane_words;
 mod smem;
 pub use smem::*;
 mod variant;
@@ -270,6 +272,12 @@ mod weights;
 #[rustfmt::skip::macros(export)]
 mod one_layer;
 // The two-layer loop is Hopper's alone.
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    target_feature = "ptx81"
+))]
+mod plane;
 #[cfg(all(
     target_arch = "nvptx64",
     target_feature = "sm_90",

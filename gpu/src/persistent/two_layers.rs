@@ -3,6 +3,7 @@
 //! description gives the step.
 use super::context::{Block, Step};
 use super::exchange::{self, Outbox};
+use super::plane::{self, Plane};
 use super::stream::Ring;
 use super::trace::Trace;
 use super::weights::{self, W1};
@@ -20,34 +21,37 @@ const T: usize = tiles(PAIR);
 type Shares<A> = ([[A; 1]; TILES_PER_WARP], f32, Outbox);
 
 /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
-/// meetings' counters) and the block's staged W2 columns.
+/// meetings' counters of the block's half) and the block's staged W2 columns.
 #[derive(Clone, Copy)]
 struct Shared {
-    base: *mut u16,
+    base: *mut u32,
     at: Scratch,
     counters: *mut u32,
     part: usize,
+    hidden: usize,
+    hidden2: usize,
     cols: u32,
 }
 
 impl Shared {
+    /// H1, which every block of the half publishes (meeting A where it is counted).
     #[inline(always)]
-    fn h1(&self) -> *mut u16 {
-        self.base.wrapping_add(self.at.h1)
+    fn h1(&self) -> Plane {
+        let counter = self.counters.wrapping_add(meeting_counter(0, self.part));
+        let at = self.base.wrapping_add(self.at.h1);
+        Plane::new(at, self.hidden, plane::flagged(self.hidden), counter)
     }
+    /// dZ2, which the owners of the half publish (meeting B where it is counted).
     #[inline(always)]
-    fn dz2(&self) -> *mut u16 {
-        self.base.wrapping_add(self.at.dz2)
+    fn dz2(&self) -> Plane {
+        let counter = self.counters.wrapping_add(meeting_counter(1, self.part));
+        let at = self.base.wrapping_add(self.at.dz2);
+        Plane::new(at, self.hidden2, plane::flagged(self.hidden), counter)
     }
-    /// The copy of W2 that step `k` reads.
+    /// The fp16 copy of W2 that step `k` reads.
     #[inline(always)]
     fn w2(&self, k: u32) -> *mut u16 {
-        self.base.wrapping_add(self.at.w2[k as usize % 2])
-    }
-    /// The counter of meeting `m` (A or B) of the block's half.
-    #[inline(always)]
-    fn meeting(&self, m: usize) -> *mut u32 {
-        self.counters.wrapping_add(meeting_counter(m, self.part))
+        self.base.wrapping_add(self.at.w2[k as usize % 2]) as *mut u16
     }
 }
 
@@ -83,10 +87,12 @@ fn blocks<F: Row>(args: Params) -> (Block, Block, Shared) {
     let lay = DeepSmem::of(batch, args.dim as usize, hidden, hidden2);
     let first = Block::new::<F>(Params { classes: 0, ..args });
     let shared = Shared {
-        base: args.scratch as *mut u16,
+        base: args.scratch as *mut u32,
         at: Scratch::of(batch, hidden, hidden2),
         counters: args.counters as *mut u32,
         part: first.part,
+        hidden,
+        hidden2,
         cols: first.at(lay.w2_cols),
     };
     (first, second_block::<F>(args, lay.second_at), shared)
@@ -118,7 +124,6 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
         let (b1, b2, shared) = blocks::<F>(widths);
         let (b1, b2) = (b1.for_step(), b2.for_step());
         let (s1, s2) = (Step::new(&b1, k), Step::new(&b2, k));
-        let (slices, slices2) = (widths.hidden / UNITS as u32, widths.hidden2 / UNITS as u32);
         let owner = owner(&b1);
         // One mark a phase of `trace::TWO_LAYERS`.
         let mut t = Trace::start(&args, k);
@@ -131,9 +136,7 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
         t.mark();
         // The tile warps' H1 rows before other warps publish them.
         sync_threads();
-        publish(&b1, b1.h(0), shared.h1(), b1.j0);
-        t.mark();
-        grid_barrier(shared.meeting(0), slices * (k + 1), sync_threads);
+        shared.h1().publish(&b1, b1.h(0), b1.j0, k);
         t.mark();
         let second_shares = if owner {
             Some(second_layer::<A, F>(
@@ -149,8 +152,6 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
             t.skip(3);
             None
         };
-        barrier_wait(shared.meeting(1), slices2 * (k + 1), sync_threads);
-        t.mark();
         input_grad(&b1, (&b2, &s2), &h1, &shared, k);
         t.mark();
         let (dw1, db1, out1) = shares::<A, F>(&b1, &s1, &mut ring);
@@ -181,10 +182,9 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
     }
 }
 
-/// The second layer's step up to its shares (its owners only: shadows meet the grid and
-/// the half, and take dZ2 as every block does): H1 gathered, the forward, the partial
-/// logits and the grid barrier, the softmax, dZ2 published and meeting B announced, then
-/// the shares of db2, dW3, db3 and dW2.
+/// The second layer's step up to its shares (its owners only: shadows meet the grid, and
+/// take dZ2 as every block does): H1 gathered, the forward, the partial logits and the grid
+/// barrier, the softmax, dZ2 published, then the shares of db2, dW3, db3 and dW2.
 #[inline(always)]
 fn second_layer<A: Acc, F: Row>(
     (b1, s1): (&Block, &Step),
@@ -193,10 +193,9 @@ fn second_layer<A: Acc, F: Row>(
     w2: &W1<1, F>,
     shared: &Shared,
 ) -> Shares<A> {
-    gather(b1, (s2.x, b2.lay.stride), shared.h1(), b1.args.hidden);
+    let slices = b1.args.hidden / UNITS as u32;
+    shared.h1().gather(b1, (s2.x, b2.lay.stride), s1.k, slices);
     copy_labels(b1, s1, s2, b2.lay.stride);
-    cp_async_commit();
-    cp_async_wait::<0>();
     sync_threads();
     t.mark();
     let h2 = forward::hidden::<A, F, T, 1, 1>(b2, s2, ring, w2);
@@ -206,8 +205,7 @@ fn second_layer<A: Acc, F: Row>(
     t.mark();
     let part = softmax::cross_entropy::<F>(b2, s2);
     backward::hidden_grad(b2, &h2);
-    publish(b2, b2.dh(0), shared.dz2(), b2.j0);
-    barrier_arrive(shared.meeting(1), sync_threads);
+    shared.dz2().publish(b2, b2.dh(0), b2.j0, s2.k);
     t.mark();
     let out = Outbox::new::<P>(b2);
     let db = backward::bias_share::<T, 1>(b2, &out);
@@ -263,19 +261,9 @@ fn clear_cols(b: &Block, cols: u32, hidden2: usize) {
     }
 }
 
-/// The block's rows of an fp16 `[rows][UNITS]` plane of its n-tile into columns `j0..j0 +
-/// 8` of `[batch][width]` at `to` (`width`: the layer's units, `Params::hidden` of `b`).
-#[inline(always)]
-fn publish(b: &Block, plane: u32, to: *mut u16, j0: u32) {
-    if b.tid < b.mine {
-        let v = ld_shared_v4(plane + (b.tid * UNITS * 2) as u32);
-        let at = (b.r0 + b.tid) * b.args.hidden as usize + j0 as usize;
-        st_global_v4(to.wrapping_add(at) as *mut u8, v);
-    }
-}
-
 /// The owner's fp16 W2 (its n-tile's rows, `[input][unit]` in shared memory) into the
-/// step's copy `[hidden][hidden2]`, which the blocks read after meeting B.
+/// step's copy `[hidden][hidden2]`, which the blocks read after the step's grid barrier: the
+/// barrier orders it, so it needs no flags.
 #[inline(always)]
 fn publish_w2(b: &Block, to: *mut u16) {
     let mut i = b.tid;
@@ -283,24 +271,6 @@ fn publish_w2(b: &Block, to: *mut u16) {
         let v = ld_shared_v4(b.w1(0) + (i * UNITS * 2) as u32);
         let at = i * b.args.hidden as usize + b.j0 as usize;
         st_global_v4(to.wrapping_add(at) as *mut u8, v);
-        i += THREADS;
-    }
-}
-
-/// Issues the copies of the block's rows of `[batch][width]` at `from` into a batch
-/// buffer (`x`, `stride` bytes a row), whole 16-row tiles of whole k-steps of 16: the
-/// columns past `width` and the rows past the block's zeros. (dZ2's rows are narrower than
-/// H1's, so the rows past the block's in its layout held H1 until now.)
-#[inline(always)]
-fn gather(b: &Block, (x, stride): (u32, usize), from: *const u16, width: u32) {
-    let width = width as usize;
-    let pieces = width.next_multiple_of(16) / 8;
-    let mut i = b.tid;
-    while i < b.mine.next_multiple_of(16) * pieces {
-        let (r, c) = (i / pieces, i % pieces);
-        let src = from.wrapping_add((b.r0 + r) * width + 8 * c) as *const u8;
-        let bytes = if 8 * c < width && r < b.mine { 16 } else { 0 };
-        cp_async_16(x + (r * stride + 16 * c) as u32, src, bytes);
         i += THREADS;
     }
 }
@@ -322,10 +292,10 @@ fn copy_labels(b1: &Block, s1: &Step, s2: &Step, stride2: usize) {
 /// columns of the slice staged from step `k`'s copy.
 #[inline(always)]
 fn input_grad(b1: &Block, (b2, s2): (&Block, &Step), h1: &[[f32; 4]; 1], shared: &Shared, k: u32) {
+    // Every warp is past dW2's reads of the second block's batch buffer, which dZ2 overwrites.
+    sync_threads();
     let width = b1.args.hidden2 as usize;
-    // Rows of whole k-steps (a width of 24 has 32 columns), and at most H1's.
-    let stride = row_stride(width.next_multiple_of(16));
-    gather(b2, (s2.x, stride), shared.dz2(), width as u32);
+    // W2's columns first: their copies are in flight while the thread waits for dZ2's lines.
     let (pieces, row, cols) = (width / 8, cols_row(width), shared.cols);
     let mut i = b1.tid;
     while i < UNITS * pieces {
@@ -337,6 +307,10 @@ fn input_grad(b1: &Block, (b2, s2): (&Block, &Step), h1: &[[f32; 4]; 1], shared:
         i += THREADS;
     }
     cp_async_commit();
+    // Rows of whole k-steps (a width of 24 has 32 columns), and at most H1's.
+    let stride = row_stride(width.next_multiple_of(16));
+    let slices2 = b1.args.hidden2 / UNITS as u32;
+    shared.dz2().gather(b2, (s2.x, stride), k, slices2);
     cp_async_wait::<0>();
     sync_threads();
     if b1.has_tile() {

@@ -43,8 +43,9 @@ pub struct Persistent {
     /// slices are clusters; with two hidden layers, then the meetings of each half's blocks);
     /// zeroed before each launch.
     counters: Buf<u32>,
-    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer).
-    scratch: Buf<u16>,
+    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer):
+    /// flagged planes, zeroed before each launch.
+    scratch: Buf<u32>,
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
     batches: [Buf<u8>; 2],
@@ -249,6 +250,11 @@ impl Persistent {
         );
         gpu.stream.wait(&self.shuffled[buf])?;
         gpu.zero(self.counters)?;
+        // The two-layer kernel's flagged planes: no line carries a step's flag before it is
+        // written in that launch.
+        if self.scratch.len > 0 {
+            gpu.zero(self.scratch)?;
+        }
         gpu.zero(self.logits)?;
         // The parts of the batch add their loss and correct count into each step's slot.
         for p in [loss, correct] {
