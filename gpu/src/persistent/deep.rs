@@ -104,6 +104,32 @@ mod tests {
     /// The layouts of the design doc's models: the two layers' regions in order, each past
     /// the last, within Hopper's 227 KiB a block up to 784-528-528 (the widest first layer of
     /// slices of 8 on 132 SMs).
+    /// The scratch regions follow one another, each starting 16-byte aligned (flagged lines
+    /// and W2's copies are written 16 bytes at a time), H1 and dZ2 with room for lines (a word
+    /// a value), at batches and widths of the CPU-reference tests.
+    #[test]
+    fn scratch_regions_are_aligned_and_in_order() {
+        for (batch, h1, h2) in [
+            (128, 128, 128),
+            (120, 48, 40),
+            (8, 144, 136),
+            (128, 528, 528),
+        ] {
+            let s = Scratch::of(batch, h1, h2);
+            let regions = [
+                (s.h1, s.dz2, batch * h1),
+                (s.dz2, s.w2[0], batch * h2),
+                (s.w2[0], s.w2[1], h1 * h2 / 2),
+                (s.w2[1], s.len, h1 * h2 / 2),
+            ];
+            assert_eq!(s.h1, 0);
+            for (start, end, words) in regions {
+                assert!(start.is_multiple_of(4), "{batch} {h1}-{h2}: {start}");
+                assert_eq!(end - start, words, "{batch} {h1}-{h2}");
+            }
+        }
+    }
+
     #[test]
     fn deep_layouts_fit_hopper() {
         for (h1, h2, bytes) in [
