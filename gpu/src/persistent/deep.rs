@@ -10,7 +10,7 @@
 //! first layer's block has the batch as input and no classes; the second's input is H1,
 //! gathered into its batch buffer, and its outputs the logits. A step:
 //! 1. layer 1's forward, `H1[:, s]`, block-local, published to global memory (fp16);
-//! 2. each block gathers H1 of its rows; layer 2's forward, the partial logits and the grid
+//! 2. each owner gathers H1 of its rows; layer 2's forward, the partial logits and the grid
 //!    barrier, the softmax and `dZ2[:, t]`: the one-layer step's phases on the second block;
 //! 3. `dZ2[:, t]` is published, and the owners compute the shares of db2, dW3, db3 and
 //!    `dW2[t] = dZ2[:, t]ᵀ·H1`;
@@ -22,8 +22,10 @@
 //! H1 and dZ2 are planes (`plane`) that a block gathers as soon as they carry the step's flag
 //! (a first layer of up to 128 units) or after a meeting of its half's blocks at a counter (A
 //! for H1, B for dZ2). W2's copy needs neither: the step's grid barrier orders it. Each plane's
-//! next write follows a grid barrier that its readers pass only after reading it: H1's and
-//! dZ2's the next step's, W2's copy the one after.
+//! next write follows a grid barrier that its readers pass only after reading it: H1 is read
+//! before its step's grid barrier and rewritten the next step; dZ2 is read before the next
+//! step's barrier and rewritten after it; W2's copy is rewritten two steps later, after the
+//! next step's barrier.
 use super::*;
 
 /// The deep kernel's shared memory: the first layer's layout (the row's own, one buffer of
@@ -101,12 +103,9 @@ mod tests {
     use super::*;
     use crate::target::HOPPER_SMEM;
 
-    /// The layouts of the design doc's models: the two layers' regions in order, each past
-    /// the last, within Hopper's 227 KiB a block up to 784-528-528 (the widest first layer of
-    /// slices of 8 on 132 SMs).
     /// The scratch regions follow one another, each starting 16-byte aligned (flagged lines
     /// and W2's copies are written 16 bytes at a time), H1 and dZ2 with room for lines (a word
-    /// a value), at batches and widths of the CPU-reference tests.
+    /// a value): at the CPU-reference tests' sizes, and at MNIST's batch up to 784-528-528.
     #[test]
     fn scratch_regions_are_aligned_and_in_order() {
         for (batch, h1, h2) in [
@@ -130,6 +129,9 @@ mod tests {
         }
     }
 
+    /// The layouts of the design doc's models: the two layers' regions in order, each past
+    /// the last, within Hopper's 227 KiB a block up to 784-528-528 (the widest first layer of
+    /// slices of 8 on 132 SMs).
     #[test]
     fn deep_layouts_fit_hopper() {
         for (h1, h2, bytes) in [

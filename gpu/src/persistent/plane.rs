@@ -1,6 +1,6 @@
 //! Planes of activations or gradients (the deep kernel's H1 and dZ2, fp16 `[batch][width]`)
-//! that each block publishes columns of and the blocks of its half of the batch gather rows
-//! of, within a step. A plane takes one of two forms, the same for both planes of a model:
+//! whose writers publish columns of them and the blocks of their half of the batch gather rows
+//! of them, within a step. A plane takes one of two forms, the same for both planes of a model:
 //! - flagged lines ([`Flagged`]) where the first hidden layer has at most [`FLAGGED_WIDTH`]
 //!   units: a reader waits on the data itself, one round trip through L2;
 //! - plain fp16 where it is wider: the writers announce at a counter of the half, and a reader

@@ -1,6 +1,6 @@
 //! The two-hidden-layer step loop of the `deep` variant (Hopper): the one-layer step's phases
-//! run once per layer, with the meetings `deep.rs` lays out between them; that file's
-//! description gives the step.
+//! run once per layer, with the gathers of H1 and dZ2 that `deep.rs` lays out between them;
+//! that file's description gives the step.
 use super::context::{Block, Step};
 use super::exchange::{self, Outbox};
 use super::plane::{self, Plane};

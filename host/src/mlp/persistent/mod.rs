@@ -43,8 +43,8 @@ pub struct Persistent {
     /// slices are clusters; with two hidden layers, then the meetings of each half's blocks);
     /// zeroed before each launch.
     counters: Buf<u32>,
-    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer):
-    /// flagged planes, zeroed before each launch.
+    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer): H1
+    /// and dZ2 (flagged lines up to 128 units) and W2's two copies; zeroed before each launch.
     scratch: Buf<u32>,
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
