@@ -69,16 +69,18 @@ impl Plane {
     }
 
     /// The block's rows of step `k` into a batch buffer (`x`, `stride` bytes a row), once
-    /// `writers` blocks have published them: whole 16-row tiles of whole k-steps of 16, zeros
-    /// in the columns past the width and the rows past the block's.
+    /// their writers have published them (in the plain form, a block of the half for each
+    /// n-tile of the plane's width): whole 16-row tiles of whole k-steps of 16, zeros in the
+    /// columns past the width and the rows past the block's.
     #[inline(always)]
-    pub fn gather(&self, b: &Block, (x, stride): (u32, usize), k: u32, writers: u32) {
+    pub fn gather(&self, b: &Block, (x, stride): (u32, usize), k: u32) {
         let area = (b.mine.next_multiple_of(16), self.width.next_multiple_of(16));
         if self.flagged {
             let from = Flagged::new(self.at, self.width);
             from.gather(b.tid, (b.r0, b.mine), Self::flag(k), (x, stride), area);
             return;
         }
+        let writers = (self.width / UNITS) as u32;
         barrier_wait(self.counter, writers * (k + 1), sync_threads);
         let pieces = area.1 / 8;
         let mut i = b.tid;

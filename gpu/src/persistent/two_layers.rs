@@ -193,8 +193,7 @@ fn second_layer<A: Acc, F: Row>(
     w2: &W1<1, F>,
     shared: &Shared,
 ) -> Shares<A> {
-    let slices = b1.args.hidden / UNITS as u32;
-    shared.h1().gather(b1, (s2.x, b2.lay.stride), s1.k, slices);
+    shared.h1().gather(b1, (s2.x, b2.lay.stride), s1.k);
     copy_labels(b1, s1, s2, b2.lay.stride);
     sync_threads();
     t.mark();
@@ -309,8 +308,7 @@ fn input_grad(b1: &Block, (b2, s2): (&Block, &Step), h1: &[[f32; 4]; 1], shared:
     cp_async_commit();
     // Rows of whole k-steps (a width of 24 has 32 columns), and at most H1's.
     let stride = row_stride(width.next_multiple_of(16));
-    let slices2 = b1.args.hidden2 / UNITS as u32;
-    shared.dz2().gather(b2, (s2.x, stride), k, slices2);
+    shared.dz2().gather(b2, (s2.x, stride), k);
     cp_async_wait::<0>();
     sync_threads();
     if b1.has_tile() {
