@@ -136,16 +136,23 @@ pub fn output_grads<const T: usize, const N: usize>(b: &Block, out: &Outbox) {
 /// both; four take two, the partner's first, since registers hold the accumulators of two
 /// n-tiles at a time beside the W1 state.
 #[inline(always)]
-pub fn dw1_shares<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
+pub fn dw1_shares<
+    A: Acc,
+    F: Row,
+    const T: usize,
+    const N: usize,
+    const O: usize,
+    const K: usize,
+>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
-    send: impl Fn(&[[A; O]; TILES_PER_WARP]),
-) -> [[A; O]; TILES_PER_WARP] {
+    send: impl Fn(&[[A; O]; K]),
+) -> [[A; O]; K] {
     if N == 2 {
         // Plane `part` is this block's, the other the partner's: chosen by select, not by
         // index, so the accumulators stay in registers.
-        let both = input_grads::<A, F, T, 2>(b, s, ring, 0);
+        let both = input_grads::<A, F, T, 2, K>(b, s, ring, 0);
         let plane = |i: usize, own: bool| {
             if (b.part == 0) == own {
                 both[i][0]
@@ -158,12 +165,12 @@ pub fn dw1_shares<A: Acc, F: Row, const T: usize, const N: usize, const O: usize
         }));
         core::array::from_fn(|i| core::array::from_fn(|_| plane(i, true)))
     } else {
-        let theirs = input_grads::<A, F, T, O>(b, s, ring, b.peer0);
+        let theirs = input_grads::<A, F, T, O, K>(b, s, ring, b.peer0);
         send(&theirs);
         if N == 1 {
             theirs
         } else {
-            input_grads::<A, F, T, O>(b, s, ring, b.own0)
+            input_grads::<A, F, T, O, K>(b, s, ring, b.own0)
         }
     }
 }
@@ -173,26 +180,26 @@ pub fn dw1_shares<A: Acc, F: Row, const T: usize, const N: usize, const O: usize
 /// ring) from the ring. Warps with one tile fewer (with MNIST's 49 tiles, warps 1-7 have six) run a copy of
 /// the loop without the last, rather than computing a tile to discard.
 #[inline(always)]
-fn input_grads<A: Acc, F: Row, const T: usize, const O: usize>(
+fn input_grads<A: Acc, F: Row, const T: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
     plane0: usize,
-) -> [[A; O]; TILES_PER_WARP] {
+) -> [[A; O]; K] {
     let bf: [[[u32; 2]; T]; O] = core::array::from_fn(|g| unit_frags::<T>(b, b.dh(plane0 + g)));
     if F::V.ring() {
-        dw1_chunks(b, ring, &bf)
+        dw1_chunks::<A, T, O, K>(b, ring, &bf)
     } else if F::V.layers > 1 && b.ktiles <= 4 * WARPS {
         // The deep kernel's second layer, whose inputs (H1) are a few tiles a warp.
         match b.ktiles.div_ceil(WARPS) {
-            1 => dw1_tiles::<A, 1, T, O>(b, s, &bf),
-            2 => dw1_tiles::<A, 2, T, O>(b, s, &bf),
-            _ => dw1_tiles::<A, 4, T, O>(b, s, &bf),
+            1 => dw1_tiles::<A, 1, T, O, K>(b, s, &bf),
+            2 => dw1_tiles::<A, 2, T, O, K>(b, s, &bf),
+            _ => dw1_tiles::<A, 4, T, O, K>(b, s, &bf),
         }
     } else if b.warp + WARPS * (TILES_PER_WARP - 1) < b.ktiles {
-        dw1_tiles::<A, TILES_PER_WARP, T, O>(b, s, &bf)
+        dw1_tiles::<A, TILES_PER_WARP, T, O, K>(b, s, &bf)
     } else {
-        dw1_tiles::<A, { TILES_PER_WARP - 1 }, T, O>(b, s, &bf)
+        dw1_tiles::<A, { TILES_PER_WARP - 1 }, T, O, K>(b, s, &bf)
     }
 }
 
@@ -200,18 +207,18 @@ fn input_grads<A: Acc, F: Row, const T: usize, const O: usize>(
 /// past the last tile repeats it, branch-free: a branch per tile serialises each load and its
 /// `mma`.
 #[inline(always)]
-fn dw1_tiles<A: Acc, const NT: usize, const T: usize, const O: usize>(
+fn dw1_tiles<A: Acc, const NT: usize, const T: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
     bf: &[[[u32; 2]; T]; O],
-) -> [[A; O]; TILES_PER_WARP] {
+) -> [[A; O]; K] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_at =
         |ks: usize, mt: usize| s.x + ((16 * ks + kk) * b.lay.stride + (16 * mt + mm) * 2) as u32;
-    let mut acc = [[A::ZERO; O]; TILES_PER_WARP];
+    let mut acc = [[A::ZERO; O]; K];
     for ks in 0..T {
         if ks < b.rows() / 16 {
-            for i in 0..NT {
+            for i in 0..NT.min(K) {
                 let mt = (b.warp + WARPS * i).min(b.ktiles - 1);
                 let a = ldmatrix_x4_trans(a_at(ks, mt));
                 for g in 0..O {
@@ -226,15 +233,15 @@ fn dw1_tiles<A: Acc, const NT: usize, const T: usize, const O: usize>(
 /// [`dw1_tiles`] over the streamed batch: chunk `c` holds tile `w + WARPS·c` of each warp `w`,
 /// whose product is complete within the chunk. Every thread calls it (the ring's barriers).
 #[inline(always)]
-fn dw1_chunks<A: Acc, const T: usize, const O: usize>(
+fn dw1_chunks<A: Acc, const T: usize, const O: usize, const K: usize>(
     b: &Block,
     ring: &mut Ring,
     bf: &[[[u32; 2]; T]; O],
-) -> [[A; O]; TILES_PER_WARP] {
+) -> [[A; O]; K] {
     let (mm, kk) = ldmatrix_lane(b.lane, Operand::A, false);
     let a_off = (kk * CHUNK_STRIDE + (16 * b.warp + mm) * 2) as u32;
-    let mut acc = [[A::ZERO; O]; TILES_PER_WARP];
-    for c in 0..MAX_CHUNKS {
+    let mut acc = [[A::ZERO; O]; K];
+    for c in 0..MAX_CHUNKS.min(K) {
         if c < chunks(b) {
             let x = ring.next(b) + a_off;
             if b.warp + WARPS * c < b.ktiles {

@@ -165,13 +165,13 @@ impl Outbox {
     /// keeps weight gradients in fp16 too), into the partner's planes of those n-tiles; through
     /// global memory only slices of one n-tile exchange.
     #[inline(always)]
-    pub fn send_dw1<A: Acc, const O: usize>(
+    pub fn send_dw1<A: Acc, const O: usize, const K: usize>(
         &self,
         b: &Block,
-        dw1: &[[A; O]; TILES_PER_WARP],
+        dw1: &[[A; O]; K],
         plane0: usize,
     ) {
-        for i in 0..TILES_PER_WARP {
+        for i in 0..K {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
                 for g in 0..O {
@@ -199,10 +199,10 @@ impl Outbox {
 
 /// The slice's gradients as this thread updates them: every block's share, summed in part
 /// order, so the blocks of a slice get the same sums.
-pub struct Sums<const N: usize, const O: usize> {
+pub struct Sums<const N: usize, const O: usize, const K: usize = TILES_PER_WARP> {
     /// The thread's dW1 elements of each of its tiles of the n-tiles it updates, in fragment
     /// order (as [`Acc::pairs`] packs them).
-    pub dw1: [[[f32; 4]; O]; TILES_PER_WARP],
+    pub dw1: [[[f32; 4]; O]; K],
     /// dW2's elements of the thread's [`update::w2_element`] of each n-tile, db2's of its
     /// class, db1's entry of its [`bias_unit`].
     pub dw2: [f32; N],
@@ -228,12 +228,12 @@ fn wait_for_shares<const P: usize>(b: &Block, s: &Step) {
 
 /// The sums of dW1's shares of the first `parts` parts, from their words in part order.
 #[inline(always)]
-fn dw1_sums<A: Acc, const O: usize>(
+fn dw1_sums<A: Acc, const O: usize, const K: usize>(
     parts: usize,
-    words: &[[[[u32; 2]; O]; TILES_PER_WARP]; MAX_PARTS],
-) -> [[[f32; 4]; O]; TILES_PER_WARP] {
-    let mut sums = [[[0.0; 4]; O]; TILES_PER_WARP];
-    for i in 0..TILES_PER_WARP {
+    words: &[[[[u32; 2]; O]; K]; MAX_PARTS],
+) -> [[[f32; 4]; O]; K] {
+    let mut sums = [[[0.0; 4]; O]; K];
+    for i in 0..K {
         for g in 0..O {
             for p in 0..2 {
                 let v = A::sum_pairs(parts, |q| words[q][i][g][p]);
@@ -254,12 +254,12 @@ fn dw1_sums<A: Acc, const O: usize>(
 /// counter barrier holds those block barriers. `freed` runs as soon as a block barrier shows
 /// every warp past dW1: the batch buffer is free.
 #[inline(always)]
-pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize>(
+pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
-    (dw1, db1): (&[[A; O]; TILES_PER_WARP], f32),
+    (dw1, db1): (&[[A; O]; K], f32),
     mut freed: impl FnMut(),
-) -> Sums<N, O> {
+) -> Sums<N, O, K> {
     let parts = P;
     let exchange = b.args.exchange as *mut u32;
     let first = b.slice as usize * parts;
@@ -301,7 +301,7 @@ pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize>(
     }
     // dW1's words of every part, all requested before the batch copy (`freed`, from global
     // memory) is issued, which would otherwise delay them; held until summed.
-    let mut words = [[[[0u32; 2]; O]; TILES_PER_WARP]; MAX_PARTS];
+    let mut words = [[[[0u32; 2]; O]; K]; MAX_PARTS];
     for q in 0..parts {
         words[q] = core::array::from_fn(|i| {
             // A warp past its last tile repeats it, branch-free (the update skips those sums).
@@ -322,7 +322,7 @@ pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize>(
         freed();
     }
     let mut sums = Sums {
-        dw1: dw1_sums::<A, O>(parts, &words),
+        dw1: dw1_sums::<A, O, K>(parts, &words),
         dw2: [0.0; N],
         db2: 0.0,
         db1: 0.0,

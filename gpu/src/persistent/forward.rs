@@ -36,11 +36,11 @@ pub const fn reads_own_w1_rows<A: Acc>(ring: bool, tiles: usize) -> bool {
 /// tiles at most and `N` n-tiles; W1's fp16 values come from `w1` (where the variant keeps
 /// them there, its registers).
 #[inline(always)]
-pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
+pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,
-    w1: &W1<O, F>,
+    w1: &W1<O, F, K>,
 ) -> [[f32; 4]; N] {
     let (ring_fed, registers) = (F::V.ring(), F::V.w1_copy_in_registers());
     // The one-buffer kernel splits as the streamed ones do.
@@ -63,7 +63,7 @@ pub fn hidden<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
         sync_threads();
     } else if b.mine > 0 {
         if registers {
-            let acc = k_own::<A, F, T, N, O>(b, s, w1);
+            let acc = k_own::<A, F, T, N, O, K>(b, s, w1);
             store_partials(b, &acc);
         } else if b.warp < fwd {
             let acc = k_split::<A, T, N>(b, s, fwd);
@@ -163,10 +163,10 @@ fn k_split<A: Acc, const T: usize, const N: usize>(b: &Block, s: &Step, fwd: usi
 /// with `i` unrolled so that the fragments stay in registers. Warps with a k-step fewer than
 /// warp 0 (which sets the pace) multiply a repeat of their last by zeros, branch-free.
 #[inline(always)]
-fn k_own<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
+fn k_own<A: Acc, F: Row, const T: usize, const N: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
-    w1: &W1<O, F>,
+    w1: &W1<O, F, K>,
 ) -> [[A; N]; T] {
     let (ktiles, stride) = (b.ktiles, b.lay.stride);
     let tiles = b.rows() / 16;
@@ -183,7 +183,7 @@ fn k_own<A: Acc, F: Row, const T: usize, const N: usize, const O: usize>(
     // The next k-step's fragments are loaded before this one's mma are issued.
     let steps = ktiles.div_ceil(WARPS);
     let mut next = frag(0);
-    for i in 0..TILES_PER_WARP {
+    for i in 0..K {
         if i < steps {
             let (a, bf) = next;
             if i + 1 < steps {

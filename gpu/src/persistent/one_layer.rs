@@ -83,7 +83,7 @@ pub(super) unsafe fn train<
         }
         exchange::wait_w1(&b, &s);
         t.mark();
-        let h = forward::hidden::<A, F, T, N, O>(&b, &s, &mut ring, &w1);
+        let h = forward::hidden::<A, F, T, N, O, TILES_PER_WARP>(&b, &s, &mut ring, &w1);
         t.mark();
         logits::add_partials::<A, T, N>(&b, &s, &h, F::V.bulk());
         t.mark();
@@ -98,11 +98,11 @@ pub(super) unsafe fn train<
         backward::output_grads::<T, N>(&b, &out);
         t.mark();
         let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
-        let dw1 = backward::dw1_shares::<A, F, T, N, O>(&b, &s, &mut ring, send);
+        let dw1 = backward::dw1_shares::<A, F, T, N, O, TILES_PER_WARP>(&b, &s, &mut ring, send);
         t.mark();
         softmax::loss_sums(&b, part);
         t.mark();
-        let sums = exchange::receive::<A, P, N, O>(&b, &s, (&dw1, db1), || {
+        let sums = exchange::receive::<A, P, N, O, TILES_PER_WARP>(&b, &s, (&dw1, db1), || {
             if !ring_fed {
                 fetch::after_dw1(&b, &s, &mut copies);
             }

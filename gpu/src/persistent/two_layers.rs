@@ -132,7 +132,7 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
         }
         fetch::wait(&b1, &s1, &copies);
         t.mark();
-        let h1 = forward::hidden::<A, F, T, 1, 1>(&b1, &s1, &mut ring, &w1);
+        let h1 = forward::hidden::<A, F, T, 1, 1, TILES_PER_WARP>(&b1, &s1, &mut ring, &w1);
         t.mark();
         // The tile warps' H1 rows before other warps publish them.
         sync_threads();
@@ -157,12 +157,13 @@ pub unsafe fn train<A: Acc, F: Row>(args: Params) {
         let (dw1, db1, out1) = shares::<A, F>(&b1, &s1, &mut ring);
         t.mark();
         if let Some((dw2, db2, out2)) = second_shares {
-            let sums2 = exchange::receive::<A, P, 1, 1>(&b2, &s2, (&dw2, db2), || {});
+            let sums2 =
+                exchange::receive::<A, P, 1, 1, TILES_PER_WARP>(&b2, &s2, (&dw2, db2), || {});
             softmax::record_loss(&b2, &s2);
             update::sgd_step(&b2, &s2, &mut w2, &sums2, &out2);
         }
         t.mark();
-        let sums1 = exchange::receive::<A, P, 1, 1>(&b1, &s1, (&dw1, db1), || {
+        let sums1 = exchange::receive::<A, P, 1, 1, TILES_PER_WARP>(&b1, &s1, (&dw1, db1), || {
             fetch::after_dw1(&b1, &s1, &mut copies)
         });
         update::sgd_step(&b1, &s1, &mut w1, &sums1, &out1);
@@ -197,7 +198,7 @@ fn second_layer<A: Acc, F: Row>(
     copy_labels(b1, s1, s2, b2.lay.stride);
     sync_threads();
     t.mark();
-    let h2 = forward::hidden::<A, F, T, 1, 1>(b2, s2, ring, w2);
+    let h2 = forward::hidden::<A, F, T, 1, 1, TILES_PER_WARP>(b2, s2, ring, w2);
     logits::add_partials::<A, T, 1>(b2, s2, &h2, false);
     t.mark();
     logits::exchange(b2, s2);
@@ -210,7 +211,7 @@ fn second_layer<A: Acc, F: Row>(
     let db = backward::bias_share::<T, 1>(b2, &out);
     backward::output_grads::<T, 1>(b2, &out);
     let send = |theirs: &_| out.send_dw1(b2, theirs, b2.peer0);
-    let dw = backward::dw1_shares::<A, F, T, 1, 1>(b2, s2, ring, send);
+    let dw = backward::dw1_shares::<A, F, T, 1, 1, TILES_PER_WARP>(b2, s2, ring, send);
     softmax::loss_sums(b2, part);
     t.mark();
     (dw, db, out)
@@ -222,7 +223,7 @@ fn shares<A: Acc, F: Row>(b: &Block, s: &Step, ring: &mut Ring) -> Shares<A> {
     let out = Outbox::new::<P>(b);
     let db = backward::bias_share::<T, 1>(b, &out);
     let send = |theirs: &_| out.send_dw1(b, theirs, b.peer0);
-    let dw = backward::dw1_shares::<A, F, T, 1, 1>(b, s, ring, send);
+    let dw = backward::dw1_shares::<A, F, T, 1, 1, TILES_PER_WARP>(b, s, ring, send);
     (dw, db, out)
 }
 

@@ -25,15 +25,15 @@ pub fn sgd(b: &Block, w: &mut f32, v: &mut f32, g: f32) -> f32 {
 /// gradients; with slices of several n-tiles each new fp16 word of W1 also goes to the partner
 /// (`out`), whose forward of the next step reads it.
 #[inline(always)]
-pub fn sgd_step<F: Row, const N: usize, const O: usize>(
+pub fn sgd_step<F: Row, const N: usize, const O: usize, const K: usize>(
     b: &Block,
     s: &Step,
-    w1: &mut W1<O, F>,
-    sums: &Sums<N, O>,
+    w1: &mut W1<O, F, K>,
+    sums: &Sums<N, O, K>,
     out: &Outbox,
 ) {
     let send = splits_w1(b) && s.has_next(b.args.steps);
-    for i in 0..TILES_PER_WARP {
+    for i in 0..K {
         let mt = b.warp + WARPS * i;
         if mt < b.ktiles {
             for g in 0..O {

@@ -13,10 +13,10 @@ use core::marker::PhantomData;
 /// element `e` of the accumulator fragment of dW1ᵀ tile `warp + WARPS·i`, for variant `F`.
 /// Where it keeps the fp16 copy in registers, so is the copy, as the B fragments of the
 /// forward's k-step `warp + WARPS·i`.
-pub struct W1<const O: usize, F: Row> {
-    pub master: [[[f32; 4]; O]; TILES_PER_WARP],
-    pub momentum: [[[f32; 4]; O]; TILES_PER_WARP],
-    pub half: [[[u32; 2]; O]; TILES_PER_WARP],
+pub struct W1<const O: usize, F: Row, const K: usize = TILES_PER_WARP> {
+    pub master: [[[f32; 4]; O]; K],
+    pub momentum: [[[f32; 4]; O]; K],
+    pub half: [[[u32; 2]; O]; K],
     variant: PhantomData<F>,
 }
 
@@ -33,23 +33,23 @@ pub fn w1_shared(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> u32 {
     b.w1(p) + (((16 * mt + r) * UNITS + c) * 2) as u32
 }
 
-impl<const O: usize, F: Row> W1<O, F> {
+impl<const O: usize, F: Row, const K: usize> W1<O, F, K> {
     /// Whether the fp16 copy is in registers.
     const R: bool = F::V.w1_copy_in_registers();
 
     /// The master values and momentum of the block's n-tiles into registers, and the fp16
     /// copy of every n-tile of the slice into shared memory (or registers).
     #[inline(always)]
-    pub fn load(b: &Block) -> W1<O, F> {
+    pub fn load(b: &Block) -> W1<O, F, K> {
         const { assert!(!Self::R || O == 1, "W1 in registers: slices of one n-tile") };
         let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
         let mut w1 = W1 {
-            master: [[[0.0; 4]; O]; TILES_PER_WARP],
-            momentum: [[[0.0; 4]; O]; TILES_PER_WARP],
-            half: [[[0; 2]; O]; TILES_PER_WARP],
+            master: [[[0.0; 4]; O]; K],
+            momentum: [[[0.0; 4]; O]; K],
+            half: [[[0; 2]; O]; K],
             variant: PhantomData,
         };
-        for i in 0..TILES_PER_WARP {
+        for i in 0..K {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
                 for e in 0..4 {
@@ -99,7 +99,7 @@ impl<const O: usize, F: Row> W1<O, F> {
 
     #[inline(always)]
     pub fn store(&self, b: &Block) {
-        for i in 0..TILES_PER_WARP {
+        for i in 0..K {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
                 for e in 0..4 {
