@@ -10,6 +10,8 @@ use crate::target::BUILT;
 #[derive(Clone, Copy)]
 pub struct Block {
     pub args: Params,
+    /// The hidden layer whose slice the block holds.
+    pub layer: Layer,
     pub lay: Smem,
     /// The dynamic shared memory, as a generic pointer and as a `.shared` address.
     pub base: *mut u8,
@@ -43,10 +45,10 @@ pub struct Block {
 
 impl Block {
     #[inline(always)]
-    /// The block of variant `F`'s kernel.
-    pub fn new<F: Row>(args: Params) -> Block {
+    /// The block of variant `F`'s kernel for hidden layer `layer`.
+    pub fn new<F: Row>(args: Params, layer: Layer) -> Block {
         let v = F::V;
-        let (batch, dim, parts, n) = (args.batch as usize, args.dim as usize, v.parts, v.n);
+        let (batch, dim, parts, n) = (args.batch as usize, layer.dim as usize, v.parts, v.n);
         let lay = v.smem(batch, dim, args.stages as usize);
         let base = dynamic_shared::<u8>();
         let blk = block_x();
@@ -55,6 +57,7 @@ impl Block {
         let first_owned = |p: usize| if n == 1 { 0 } else { p * owned(n) };
         Block {
             args,
+            layer,
             lay,
             base,
             s0: shared_addr(base),
@@ -71,9 +74,9 @@ impl Block {
             r0,
             mine: (args.batch as usize).saturating_sub(r0).min(lay.rows),
             tile_warps: if parts == 1 { WARPS } else { TILE_WARPS },
-            classes: args.classes as usize,
-            ktiles: (args.dim / 16) as usize,
-            slot: logits_slot(args.batch as usize, args.classes as usize),
+            classes: layer.classes as usize,
+            ktiles: (layer.dim / 16) as usize,
+            slot: logits_slot(args.batch as usize, layer.classes as usize),
             // With the host's clusters of two or four blocks, the partner is the neighbour.
             peer: if v.clustered(BUILT) {
                 cluster_rank() ^ 1

@@ -1,6 +1,6 @@
 //! A one-hidden-layer MLP trained by one persistent kernel: batch fetch, forward, softmax
 //! cross-entropy, backward and the SGD update of many consecutive steps run inside one launch.
-//! (`deep` runs these phases once per layer of a two-layer MLP.)
+//! (The layer engine, `layers`, runs these phases once per hidden layer of deeper MLPs.)
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
 //! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
@@ -154,19 +154,16 @@ pub struct Params {
     /// The `deep` kernel's activations, input gradients and W2 copies that its blocks share
     /// ([`Scratch`]; unused by the others).
     pub scratch: u64,
-    /// Layer widths (`hidden2`: the second hidden layer's, 0 with one), batch rows.
-    pub dim: u32,
-    pub hidden: u32,
-    pub hidden2: u32,
-    pub classes: u32,
+    /// Hidden layers; the width of every layer: the input, each hidden layer, then the
+    /// classes at `widths[layers + 1]` (zeros past them).
+    pub layers: u32,
+    pub widths: [u32; MAX_LAYERS + 2],
+    /// Offsets of each layer's weights and bias in the parameter buffers, the output layer's
+    /// at `[layers]`.
+    pub o_w: [u32; MAX_LAYERS + 1],
+    pub o_b: [u32; MAX_LAYERS + 1],
+    /// Rows of the batch.
     pub batch: u32,
-    /// Offsets of W1, b1, W2, b2 (and with two hidden layers W3, b3) in the parameter buffers.
-    pub o_w1: u32,
-    pub o_b1: u32,
-    pub o_w2: u32,
-    pub o_b2: u32,
-    pub o_w3: u32,
-    pub o_b3: u32,
     pub lr: f32,
     pub momentum: f32,
     /// This launch runs steps `step0..step0 + steps` of the epoch: step `k` reads rows
@@ -179,6 +176,41 @@ pub struct Params {
     pub stages: u32,
     /// Where the phase trace goes ([`trace`]), in a build with it; 0 for none.
     pub trace: u64,
+}
+
+impl Params {
+    /// Hidden layer `l` as its blocks see it.
+    #[inline(always)]
+    pub const fn layer(&self, l: usize) -> Layer {
+        let last = l + 1 == self.layers as usize;
+        Layer {
+            dim: self.widths[l],
+            hidden: self.widths[l + 1],
+            classes: if last { self.widths[l + 2] } else { 0 },
+            o_w1: self.o_w[l],
+            o_b1: self.o_b[l],
+            o_w2: self.o_w[l + 1],
+            o_b2: self.o_b[l + 1],
+        }
+    }
+}
+
+/// Most hidden layers of a model the persistent kernels train.
+pub const MAX_LAYERS: usize = 4;
+
+/// One hidden layer of the model as the phases of a step see it, whatever its depth: its
+/// input width (`dim`) and units (`hidden`), the classes where the next layer is the output
+/// (0 elsewhere), and the offsets of its weights and bias (`o_w1`, `o_b1`) and of the next
+/// layer's (`o_w2`, `o_b2`, read where it has classes).
+#[derive(Clone, Copy, Debug)]
+pub struct Layer {
+    pub dim: u32,
+    pub hidden: u32,
+    pub classes: u32,
+    pub o_w1: u32,
+    pub o_b1: u32,
+    pub o_w2: u32,
+    pub o_b2: u32,
 }
 
 /// Elements of the global logits buffer per step: the sums ([`logits_row`] to a row), then a
@@ -267,20 +299,20 @@ mod update;
 mod weights;
 
 // The step loops, each apart from the types above that every phase shares: one hidden layer
-// (and the kernels' exports), two, and W1's state in global memory (`offchip`).
+// (and the kernels' exports), several (`layers`), and W1's state in global memory (`offchip`).
 #[cfg(target_arch = "nvptx64")]
 #[rustfmt::skip::macros(export)]
 mod one_layer;
-// The two-layer loop is Hopper's alone.
+// The layer engine is Hopper's alone.
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    target_feature = "ptx81"
+))]
+mod layers;
 #[cfg(all(
     target_arch = "nvptx64",
     target_feature = "sm_90",
     target_feature = "ptx81"
 ))]
 mod plane;
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
-mod two_layers;

@@ -38,7 +38,7 @@ pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
         let v = F::V;
         assert!(v.offchip() && v.ring() && v.parts == 1 && v.n == N && v.tiles() == T);
     };
-    let block = Block::new::<F>(args);
+    let block = Block::new::<F>(args, args.layer(0));
     load_w1(&block);
     weights::load_small(&block);
     block.clear_unfilled_rows();
@@ -78,14 +78,14 @@ pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
 /// The slice's W1 rows in the parameter buffers: `units · dim` values from this index.
 #[inline(always)]
 fn w1_rows(b: &Block) -> usize {
-    (b.args.o_w1 + b.j0 * b.args.dim) as usize
+    (b.layer.o_w1 + b.j0 * b.layer.dim) as usize
 }
 
 /// The fp16 copy of the slice's W1, from its master values, into the planes of shared memory
 /// (`[n-tile][input][unit]`).
 #[inline(always)]
 fn load_w1(b: &Block) {
-    let (dim, w32) = (b.args.dim as usize, b.args.w32 as *const f32);
+    let (dim, w32) = (b.layer.dim as usize, b.args.w32 as *const f32);
     let mut i = b.tid;
     while i < b.units() * dim {
         let (u, k) = (i / dim, i % dim);
@@ -103,7 +103,7 @@ fn load_w1(b: &Block) {
 fn store_w1(b: &Block) {
     let (w32, w16) = (b.args.w32 as *const f32, b.args.w16 as *mut u16);
     let mut i = w1_rows(b) + b.tid;
-    while i < w1_rows(b) + b.units() * b.args.dim as usize {
+    while i < w1_rows(b) + b.units() * b.layer.dim as usize {
         unsafe { *w16.add(i) = f2h(*w32.add(i)) };
         i += THREADS;
     }

@@ -1,6 +1,7 @@
 //! The one-hidden-layer step loop ([`train`]) and the exports of every row of
-//! [`persistent_variants!`](crate::persistent_variants), each to its loop: this one, the two
-//! layers' (`two_layers.rs`) or W1's state in global memory (`offchip.rs`).
+//! [`persistent_variants!`](crate::persistent_variants), each to its loop: this one, the layer
+//! engine's for several hidden layers (`layers.rs`) or W1's state in global memory
+//! (`offchip.rs`).
 use super::context::{Block, Step};
 use super::exchange::Outbox;
 use super::fetch::Copies;
@@ -62,7 +63,7 @@ pub(super) unsafe fn train<
         assert_one_layer_row(&v);
     };
     let ring_fed = F::V.ring();
-    let block = Block::new::<F>(args);
+    let block = Block::new::<F>(args, args.layer(0));
     let mut w1 = W1::<O, F>::load(&block);
     weights::load_small(&block);
     block.clear_unfilled_rows();
@@ -131,10 +132,11 @@ pub(super) unsafe fn train<
 /// Exports every row of [`persistent_variants!`](crate::persistent_variants) that this PTX
 /// has (its `from`/`only` column as a `cfg`), one kernel per accumulator of the row, named
 /// `mlp_persistent_{name}_{f16|f32}`: [`train`], for W1's state in global memory the
-/// offchip kernel's loop, for two hidden layers the deep kernel's.
+/// offchip kernel's loop, for several hidden layers the layer engine's (`layers`).
 macro_rules! export {
     ($(($name:ident, $batch:ident, $parts:tt, $most:tt, $n:tt, $w1:ident, $logits:ident,
-        [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt, $layers:tt),)*) => {$(
+        [$($acc:ident)*], $which:ident $sm:tt, $slices:tt, $stages:tt, $layers:tt,
+        $inner:tt),)*) => {$(
         export!(@archs ($which $sm) $name, $w1, $layers, $($acc)*);
     )*};
     (@archs (from 75) $($row:tt)*) => { export!(@row $($row)*); };
@@ -165,17 +167,19 @@ macro_rules! export {
             unsafe { super::offchip::train::<Kernel, { Kernel::V.n }>(args) }
         }
     };
-    (@kernel $name:ident, $w1:ident, 2, $acc:ident) => {
-        #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
-        unsafe extern "ptx-kernel" fn $acc(args: Params) {
-            unsafe { super::two_layers::train::<accumulator!($acc), Kernel>(args) }
-        }
-    };
     (@kernel $name:ident, $w1:ident, 1, $acc:ident) => {
         #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
         unsafe extern "ptx-kernel" fn $acc(args: Params) {
             unsafe {
                 train::<accumulator!($acc), Kernel, { Kernel::V.parts }, { Kernel::V.tiles() }, { Kernel::V.n }, { Kernel::V.owned() }>(args)
+            }
+        }
+    };
+    (@kernel $name:ident, $w1:ident, $layers:tt, $acc:ident) => {
+        #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
+        unsafe extern "ptx-kernel" fn $acc(args: Params) {
+            unsafe {
+                super::layers::train::<accumulator!($acc), Kernel, { Kernel::V.layers }, { Kernel::V.inner_tiles() }>(args)
             }
         }
     };

@@ -172,6 +172,40 @@ impl Smem {
         Smem::with_buffers(batch, dim, (stages, CHUNK_STRIDE), true, (n, n, 0))
     }
 
+    /// The one-buffer layout of a layer past the first in the layer engine: slices of one
+    /// n-tile, half the batch, and no partial sums of its own (it uses the first layer's:
+    /// each layer's forward uses them in turn).
+    pub const fn inner(batch: usize, dim: usize) -> Smem {
+        Smem::with_buffers(
+            batch.div_ceil(PAIR),
+            dim,
+            (1, row_stride(dim)),
+            false,
+            (1, 1, 0),
+        )
+    }
+
+    /// The layout moved `at` bytes into the block's shared memory, its partial sums at
+    /// `partials`.
+    pub const fn placed(self, at: usize, partials: usize) -> Smem {
+        Smem {
+            x: self.x + at,
+            w1: self.w1 + at,
+            h: self.h + at,
+            dh: self.dh + at,
+            dl: self.dl + at,
+            w2_cu: self.w2_cu + at,
+            w2_uc: self.w2_uc + at,
+            params: self.params + at,
+            xch: self.xch + at,
+            own: self.own + at,
+            partials,
+            mbar: self.mbar + at,
+            bytes: self.bytes + at,
+            ..self
+        }
+    }
+
     /// The layout for a block's `part` rows of the batch in `buffers` buffers of `buffer_row`
     /// bytes a row, and slices of `n` n-tiles, of which `w1_planes` have their W1 in shared
     /// memory (all or none), with `partials_len` bytes of the forward's partial sums.

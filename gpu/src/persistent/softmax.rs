@@ -150,7 +150,7 @@ fn row<const PER: usize>(b: &Block, s: &Step, ring: bool) -> (f32, f32) {
 /// (`ring`: the ring holds no row whole) in the shuffled set, read-only for the launch.
 #[inline(always)]
 fn label(b: &Block, s: &Step, r: usize, ring: bool) -> usize {
-    let at = label_offset(b.args.dim as usize);
+    let at = label_offset(b.layer.dim as usize);
     if ring {
         let row = (s.index * b.args.batch) as usize + b.r0 + r;
         let batches = b.args.batches as *const u8;

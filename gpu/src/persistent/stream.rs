@@ -139,7 +139,7 @@ impl Ring {
         let index = (b.args.step0 + self.step) as usize;
         let row0 = index * b.args.batch as usize + b.r0;
         let src = unsafe { (b.args.batches as *const u8).add(row0 * b.lay.stride + 2 * CHUNK * c) };
-        let pieces = (b.args.dim as usize - CHUNK * c).min(CHUNK) / 8;
+        let pieces = (b.layer.dim as usize - CHUNK * c).min(CHUNK) / 8;
         #[cfg(target_feature = "sm_80")]
         const LOADS: usize = PIECES;
         #[cfg(not(target_feature = "sm_80"))]

@@ -25,10 +25,10 @@ pub const ONE_LAYER: &[&str] = &[
     "update",
 ];
 
-/// The two-layer loop's phases (`two_layers::train`); a shadow block of the second layer
-/// marks its phases of that layer as it passes them.
+/// The layer engine's phases (`layers::train`) with two, three and four hidden layers; a
+/// shadow block of a layer marks its phases of that layer as it passes them.
 pub const TWO_LAYERS: &[&str] = &[
-    "W2 publish, batch wait",
+    "W publish, batch wait",
     "L1 forward",
     "publish H1",
     "gather H1",
@@ -38,6 +38,49 @@ pub const TWO_LAYERS: &[&str] = &[
     "L2 shares",
     "dH1 (gathers dZ2, W2)",
     "L1 shares",
+    "L2 receive, update",
+    "L1 receive, update, refill",
+];
+pub const THREE_LAYERS: &[&str] = &[
+    "W publish, batch wait",
+    "L1 forward",
+    "publish H1",
+    "gather H1",
+    "L2 forward, publish H2",
+    "gather H2",
+    "L3 forward, partial logits",
+    "logits exchange",
+    "softmax, dZ3 publish",
+    "L3 shares",
+    "dH2 (gathers dZ3, W3)",
+    "dZ2 publish, L2 shares",
+    "dH1 (gathers dZ2, W2)",
+    "L1 shares",
+    "L3 receive, update",
+    "L2 receive, update",
+    "L1 receive, update, refill",
+];
+pub const FOUR_LAYERS: &[&str] = &[
+    "W publish, batch wait",
+    "L1 forward",
+    "publish H1",
+    "gather H1",
+    "L2 forward, publish H2",
+    "gather H2",
+    "L3 forward, publish H3",
+    "gather H3",
+    "L4 forward, partial logits",
+    "logits exchange",
+    "softmax, dZ4 publish",
+    "L4 shares",
+    "dH3 (gathers dZ4, W4)",
+    "dZ3 publish, L3 shares",
+    "dH2 (gathers dZ3, W3)",
+    "dZ2 publish, L2 shares",
+    "dH1 (gathers dZ2, W2)",
+    "L1 shares",
+    "L4 receive, update",
+    "L3 receive, update",
     "L2 receive, update",
     "L1 receive, update, refill",
 ];
@@ -59,6 +102,10 @@ pub const OFFCHIP: &[&str] = &[
 pub const fn phases_of(v: &super::Variant) -> &'static [&'static str] {
     if v.layers == 2 {
         TWO_LAYERS
+    } else if v.layers == 3 {
+        THREE_LAYERS
+    } else if v.layers == 4 {
+        FOUR_LAYERS
     } else if v.offchip() {
         OFFCHIP
     } else {
@@ -67,7 +114,7 @@ pub const fn phases_of(v: &super::Variant) -> &'static [&'static str] {
 }
 
 /// Marks a step and block: its start, then room for the longest loop's phases.
-pub const MARKS: usize = 1 + max_len(&[ONE_LAYER, TWO_LAYERS, OFFCHIP]);
+pub const MARKS: usize = 1 + max_len(&[ONE_LAYER, TWO_LAYERS, THREE_LAYERS, FOUR_LAYERS, OFFCHIP]);
 
 const fn max_len(tables: &[&[&str]]) -> usize {
     let (mut i, mut most) = (0, 0);

@@ -79,8 +79,11 @@ pub struct Variant {
     /// Ring stages it runs with, fewest and most (rings only; sm_75's ring loads through
     /// registers, which hold one chunk ahead: two stages).
     pub stages: (usize, usize),
-    /// Hidden layers of the models it trains: 1, or 2 (`deep`).
+    /// Hidden layers of the models it trains: 1, or 2 to [`MAX_LAYERS`] (the `deep` rows).
     pub layers: usize,
+    /// The widest input of a layer past the first (0 with one layer): it sets the input tiles
+    /// whose W state a thread of those layers keeps in registers ([`Variant::inner_tiles`]).
+    pub inner: usize,
 }
 
 impl Variant {
@@ -97,6 +100,10 @@ impl Variant {
             i += 1;
         }
         false
+    }
+    /// 16-wide input tiles a warp of a layer past the first holds, at most.
+    pub const fn inner_tiles(&self) -> usize {
+        self.inner / 16 / WARPS
     }
     /// Hidden units a block.
     pub const fn units(&self) -> usize {
@@ -212,7 +219,7 @@ impl Variant {
 /// batch ([`Batch`]), parts, the largest batch, n-tiles, W1 ([`W1State`]), logits
 /// ([`Logits`]), accumulators, the PTX that exports it (`from` an architecture on, or `only`
 /// one), the fewest slices it is taken for, ring stages (fewest, most; `-` without a ring),
-/// hidden layers.
+/// hidden layers, the widest input of a layer past the first (`-` with one).
 /// `persistent::kernel` exports every row's kernels under the row's `cfg`.
 #[macro_export]
 macro_rules! persistent_variants {
@@ -220,31 +227,35 @@ macro_rules! persistent_variants {
         $then! {
             // Hopper, many slices of 8 units (from 24): two buffers, the partial logits added
             // by bulk reductions.
-            (bulk, Double, 2, 128, 1, Registers, Bulk, [f16], from 90, 24, -, 1),
+            (bulk, Double, 2, 128, 1, Registers, Bulk, [f16], from 90, 24, -, 1, -),
             // Two buffers of half the batch each (at MNIST's size only Hopper's 227 KiB), the
             // next batch fetched by the copy engine.
-            (whole, Double, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -, 1),
+            (whole, Double, 2, 128, 1, Registers, Red, [f16 f32], from 90, 1, -, 1, -),
             // Hopper, batches of 129 to 256: two buffers of a quarter of the batch each, the
             // shares of the four parts summed through global memory.
-            (quartered, Double, 4, 256, 1, Registers, Red, [f16 f32], from 90, 1, -, 1),
+            (quartered, Double, 4, 256, 1, Registers, Red, [f16 f32], from 90, 1, -, 1, -),
             // One buffer of half the batch (an A100's 163 KiB), or of a quarter (99 KiB).
-            (single, Single, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1),
-            (quarters, Single, 4, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1),
+            (single, Single, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1, -),
+            (quarters, Single, 4, 128, 1, Registers, Red, [f16 f32], from 80, 1, -, 1, -),
             // Turing: a quarter with W1's fp16 copy in registers fits 64 KiB; fp32
             // accumulators there need more registers than a thread has.
-            (quarters_regs, Single, 4, 128, 1, RegistersWithCopy, Red, [f16], only 75, 1, -, 1),
+            (quarters_regs, Single, 4, 128, 1, RegistersWithCopy, Red, [f16], only 75, 1, -, 1, -),
             // Hopper, hidden layers too wide for slices of 8: slices of 16 and 32 units.
-            (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -, 1),
-            (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -, 1),
-            // Hopper, two hidden layers: one buffer of half the batch for the first layer's
-            // slices of 8 units, over which the second layer's n-tiles are dealt (`deep`);
-            // fp32 accumulators beside two layers' state need more registers than a thread has.
-            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2),
+            (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -, 1, -),
+            (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -, 1, -),
+            // Hopper, two to four hidden layers (the layer engine): one buffer of half the batch
+            // for the first layer's slices of 8 units, over which each later layer's n-tiles
+            // are dealt; fp32 accumulators beside several layers' state need more registers
+            // than a thread has. Past two layers, each later layer's input is at most 256 wide,
+            // so its W state takes 16 registers a thread.
+            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2, 896),
+            (deep3, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 3, 256),
+            (deep4, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 4, 256),
             // Hopper, past what the registers hold of W1's state.
-            (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1),
+            (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1, -),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
-            (streamed, Ring, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES), 1),
-            (streamed_regs, Ring, 2, 128, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES), 1),
+            (streamed, Ring, 2, 128, 1, Registers, Red, [f16 f32], from 80, 1, (MIN_STAGES, MAX_STAGES), 1, -),
+            (streamed_regs, Ring, 2, 128, 1, Registers, Red, [f16 f32], only 75, 1, (MIN_STAGES, MIN_STAGES), 1, -),
         }
     };
 }
@@ -276,10 +287,22 @@ macro_rules! variant_stages {
     };
 }
 
+/// A row's widest input past the first layer: a width, or `-` for none.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! variant_inner {
+    (-) => {
+        0
+    };
+    ($w:literal) => {
+        $w
+    };
+}
+
 macro_rules! variant_table {
     ($(($name:ident, $batch:ident, $parts:literal, $most:literal, $n:literal, $w1:ident,
         $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt,
-        $layers:literal),)*) => {
+        $layers:literal, $inner:tt),)*) => {
         /// Each row of [`persistent_variants!`](crate::persistent_variants) by its name, for
         /// code that names one (the kernels' exports, the two-layer kernel's layout and choice).
         #[allow(non_upper_case_globals)]
@@ -298,6 +321,7 @@ macro_rules! variant_table {
                 min_slices: $slices,
                 stages: $crate::variant_stages!($stages),
                 layers: $layers,
+                inner: $crate::variant_inner!($inner),
             };)*
         }
         /// Every variant, from [`persistent_variants!`](crate::persistent_variants), in the
@@ -386,12 +410,20 @@ mod tests {
                 assert!(v.batch == Batch::Double && v.parts == MAX_PARTS, "{name}");
             }
             assert!([1, 2, 4].contains(&v.n), "{name}");
-            // Two hidden layers: Hopper's pairs of one buffer and slices of 8 units, whose
-            // partial logits add by `red`.
-            assert!([1, 2].contains(&v.layers), "{name}");
-            if v.layers == 2 {
+            // Several hidden layers (the layer engine): Hopper's pairs of one buffer and
+            // slices of 8 units, whose partial logits add by `red`, with whole k-tiles a
+            // warp of the later layers' inputs, no more than of the first's.
+            assert!((1..=MAX_LAYERS).contains(&v.layers), "{name}");
+            if v.layers > 1 {
                 assert!(v.single() && v.parts == PAIR && v.n == 1, "{name}");
                 assert!(v.archs.min >= 90 && !v.bulk() && v.most_batch == MAX_BATCH);
+                assert!(
+                    v.inner.is_multiple_of(16 * WARPS) && v.inner <= MAX_DIM,
+                    "{name}"
+                );
+                assert!(v.inner_tiles() >= 1, "{name}");
+            } else {
+                assert_eq!(v.inner, 0, "{name}");
             }
             assert!(
                 v.has(Accum::F16),
@@ -428,6 +460,18 @@ mod tests {
             if v.exists_in(Target::SM75) {
                 assert!(v.stages == (2, 2) || v.w1_copy_in_registers(), "{name}");
             }
+        }
+    }
+
+    /// The layer engine has one row for each depth from two hidden layers to [`MAX_LAYERS`].
+    #[test]
+    fn one_engine_row_per_depth() {
+        for layers in 2..=MAX_LAYERS {
+            assert_eq!(
+                VARIANTS.iter().filter(|v| v.layers == layers).count(),
+                1,
+                "{layers}"
+            );
         }
     }
 

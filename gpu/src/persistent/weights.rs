@@ -24,7 +24,7 @@ pub struct W1<const O: usize, F: Row, const K: usize = TILES_PER_WARP> {
 /// parameter buffers.
 #[inline(always)]
 pub fn w1_index(b: &Block, p: usize, mt: usize, r: usize, c: usize) -> usize {
-    (b.args.o_w1 + (b.j0 + (UNITS * p + c) as u32) * b.args.dim) as usize + 16 * mt + r
+    (b.layer.o_w1 + (b.j0 + (UNITS * p + c) as u32) * b.layer.dim) as usize + 16 * mt + r
 }
 
 /// The same element's address in the fp16 copy in shared memory (`[n-tile][input][unit]`).
@@ -37,18 +37,23 @@ impl<const O: usize, F: Row, const K: usize> W1<O, F, K> {
     /// Whether the fp16 copy is in registers.
     const R: bool = F::V.w1_copy_in_registers();
 
+    /// Zeros: the state of a layer the kernel does not have.
+    pub const fn zero() -> W1<O, F, K> {
+        W1 {
+            master: [[[0.0; 4]; O]; K],
+            momentum: [[[0.0; 4]; O]; K],
+            half: [[[0; 2]; O]; K],
+            variant: PhantomData,
+        }
+    }
+
     /// The master values and momentum of the block's n-tiles into registers, and the fp16
     /// copy of every n-tile of the slice into shared memory (or registers).
     #[inline(always)]
     pub fn load(b: &Block) -> W1<O, F, K> {
         const { assert!(!Self::R || O == 1, "W1 in registers: slices of one n-tile") };
         let (w32, vel) = (b.args.w32 as *const f32, b.args.vel as *const f32);
-        let mut w1 = W1 {
-            master: [[[0.0; 4]; O]; K],
-            momentum: [[[0.0; 4]; O]; K],
-            half: [[[0; 2]; O]; K],
-            variant: PhantomData,
-        };
+        let mut w1 = W1::zero();
         for i in 0..K {
             let mt = b.warp + WARPS * i;
             if mt < b.ktiles {
@@ -143,7 +148,7 @@ pub fn load_small(b: &Block) {
         let (c, j) = (i / units, i % units);
         let (mut m, mut v) = (0.0, 0.0);
         if c < cn {
-            let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
+            let k = (b.layer.o_w2 + c as u32 * b.layer.hidden + b.j0) as usize + j;
             unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
         }
         unsafe { (*p.w2_master.add(i), *p.w2_momentum.add(i)) = (m, v) };
@@ -151,7 +156,7 @@ pub fn load_small(b: &Block) {
         i += THREADS;
     }
     if tid < units {
-        let k = (b.args.o_b1 + b.j0) as usize + tid;
+        let k = (b.layer.o_b1 + b.j0) as usize + tid;
         unsafe {
             *p.b1_master.add(tid) = *w32.add(k);
             *p.b1_momentum.add(tid) = *vel.add(k);
@@ -161,7 +166,7 @@ pub fn load_small(b: &Block) {
     if tid < MAX_CLASSES {
         let (mut m, mut v) = (0.0, 0.0);
         if tid < cn {
-            let k = b.args.o_b2 as usize + tid;
+            let k = b.layer.o_b2 as usize + tid;
             unsafe { (m, v) = (*w32.add(k), *vel.add(k)) };
         }
         unsafe {
@@ -179,16 +184,16 @@ pub fn store_small(b: &Block) {
     let mut i = tid;
     while i < cn * units {
         let (c, j) = (i / units, i % units);
-        let k = (b.args.o_w2 + c as u32 * b.args.hidden + b.j0) as usize + j;
+        let k = (b.layer.o_w2 + c as u32 * b.layer.hidden + b.j0) as usize + j;
         unsafe { put(b, k, *p.w2_master.add(i), *p.w2_momentum.add(i)) };
         i += THREADS;
     }
     if tid < units {
-        let k = (b.args.o_b1 + b.j0) as usize + tid;
+        let k = (b.layer.o_b1 + b.j0) as usize + tid;
         unsafe { put(b, k, *p.b1_master.add(tid), *p.b1_momentum.add(tid)) };
     }
     if b.blk == 0 && tid < cn {
-        let k = b.args.o_b2 as usize + tid;
+        let k = b.layer.o_b2 as usize + tid;
         unsafe { put(b, k, *p.b2_master.add(tid), *p.b2_momentum.add(tid)) };
     }
 }

@@ -1,6 +1,6 @@
 //! Training by the persistent kernel (`gpu::persistent`): one launch runs many steps of an MLP
-//! of one hidden layer (or two: the `deep` variant), with a grid barrier and a barrier of each
-//! slice's blocks per step instead of a dozen kernels.
+//! of one hidden layer (or two to four: the layer engine's `deep` rows), with a grid barrier
+//! and a barrier of each slice's blocks per step instead of a dozen kernels.
 use crate::cuda::{
     Arena, Buf, Gpu, ParamBlock, PushKernelArg, arg, attribute, cluster_attribute, dptr,
 };
@@ -12,8 +12,8 @@ use cudarc::driver::sys::{CUevent_flags, CUlaunchAttributeID};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
-use gpu::persistent::{EXCHANGE, LOGIT_SLOTS, MEETINGS, PAIR, Scratch, THREADS, logits_slot};
-use gpu::persistent::{Params, trace};
+use gpu::persistent::{EXCHANGE, LOGIT_SLOTS, MAX_LAYERS, PAIR, Scratch, THREADS, logits_slot};
+use gpu::persistent::{Params, Widths, meetings, trace};
 use std::sync::Arc;
 
 pub mod phases;
@@ -40,11 +40,12 @@ pub struct Persistent {
     /// slice is a cluster, whose blocks write them straight into each other's shared memory).
     exchange: Buf<u32>,
     /// Arrival counts of the grid barrier, then of each slice's barrier (the grid's alone where
-    /// slices are clusters; with two hidden layers, then the meetings of each half's blocks);
-    /// zeroed before each launch.
+    /// slices are clusters; with several hidden layers, then the meetings of each half's
+    /// blocks); zeroed before each launch.
     counters: Buf<u32>,
-    /// What the blocks of the two-layer kernel share ([`Scratch`]; empty with one layer): H1
-    /// and dZ2 (flagged lines up to 128 units) and W2's two copies; zeroed before each launch.
+    /// What the blocks of the layer engine share ([`Scratch`]; empty with one layer): each
+    /// later layer's input and output gradient (flagged lines up to 128 units) and its W's two
+    /// copies; zeroed before each launch.
     scratch: Buf<u32>,
     /// Two epochs' rows in shuffled order (see [`Persistent::shuffle`]): one trains while the
     /// next epoch's are written.
@@ -87,7 +88,7 @@ impl Persistent {
     ) -> Result<Persistent> {
         let target = gpu.ptx.target();
         let (smem, smem_bytes) = (feed.smem(batch, sizes[0]), feed.smem_bytes(batch, sizes));
-        let deep = feed.variant.layers == 2;
+        let layers = feed.variant.layers;
         ensure!(
             sizes.len() == feed.variant.layers + 2,
             "{feed:?} trains {} hidden layers, not {}",
@@ -116,15 +117,15 @@ impl Persistent {
         };
         // Clusters exchange in shared memory, and the offchip kernel's blocks have the whole
         // batch: neither has an exchange area or slice counters.
-        let (exchange, counters) = if deep {
-            (0, 1 + MEETINGS * PAIR)
+        let (exchange, counters) = if layers > 1 {
+            (0, 1 + meetings(layers) * PAIR)
         } else if cluster > 0 || feed.variant.offchip() {
             (0, 1)
         } else {
             (blocks * EXCHANGE, 1 + slices)
         };
-        let scratch = if deep {
-            Scratch::of(batch, sizes[1], sizes[2]).len
+        let scratch = if layers > 1 {
+            Scratch::of(batch, layers, hidden_widths(sizes)).len
         } else {
             0
         };
@@ -250,7 +251,7 @@ impl Persistent {
         );
         gpu.stream.wait(&self.shuffled[buf])?;
         gpu.zero(self.counters)?;
-        // The two-layer kernel's flagged planes: no line carries a step's flag before it is
+        // The layer engine's flagged planes: no line carries a step's flag before it is
         // written in that launch.
         if self.scratch.len > 0 {
             gpu.zero(self.scratch)?;
@@ -262,12 +263,17 @@ impl Persistent {
         }
         let (offs, _) = param_layout(&model.sizes);
         let sizes = &model.sizes;
-        let size = |i: usize| sizes[i] as u32;
-        // The second hidden layer's width and the output layer's offsets, with two.
-        let (hidden2, (o_w3, o_b3)) = match sizes.len() {
-            4 => (size(2), offs[2]),
-            _ => (0, (0, 0)),
-        };
+        let (mut widths, mut o_w, mut o_b) = (
+            [0; MAX_LAYERS + 2],
+            [0; MAX_LAYERS + 1],
+            [0; MAX_LAYERS + 1],
+        );
+        for (i, &w) in sizes.iter().enumerate() {
+            widths[i] = w as u32;
+        }
+        for (i, &(w, b)) in offs.iter().enumerate() {
+            (o_w[i], o_b[i]) = (w as u32, b as u32);
+        }
         let args = Params {
             batches: self.batches[buf].ptr,
             w32: model.w32.ptr,
@@ -279,17 +285,11 @@ impl Persistent {
             exchange: self.exchange.ptr,
             counters: self.counters.ptr,
             scratch: self.scratch.ptr,
-            dim: size(0),
-            hidden: size(1),
-            hidden2,
-            classes: size(sizes.len() - 1),
+            layers: (sizes.len() - 2) as u32,
+            widths,
+            o_w,
+            o_b,
             batch: self.batch,
-            o_w1: offs[0].0 as u32,
-            o_b1: offs[0].1 as u32,
-            o_w2: offs[1].0 as u32,
-            o_b2: offs[1].1 as u32,
-            o_w3: o_w3 as u32,
-            o_b3: o_b3 as u32,
             lr,
             momentum,
             step0: step0 as u32,
@@ -348,4 +348,12 @@ impl Persistent {
     pub fn feed(&self) -> Feed {
         self.feed
     }
+}
+
+/// The input and hidden widths of layers `sizes` (input, hidden…, classes), as the layer
+/// engine's layout takes them.
+pub fn hidden_widths(sizes: &[usize]) -> Widths {
+    let mut w = [0; MAX_LAYERS + 1];
+    w[..sizes.len() - 1].copy_from_slice(&sizes[..sizes.len() - 1]);
+    w
 }

@@ -7,8 +7,8 @@ use cudarc::driver::sys::{self, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    DeepSmem, MAX_BATCH, MAX_CLASSES, MAX_DIM, PAIR, Smem, THREADS, UNITS, VARIANTS, Variant,
-    most_batch, row_stride, rows, variant,
+    MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_LAYERS, PAIR, Plan, Smem, THREADS, UNITS, VARIANTS,
+    Variant, most_batch, row_stride, variant,
 };
 use gpu::target::Target;
 
@@ -50,11 +50,12 @@ impl Feed {
         self.variant.smem(batch, dim, self.stages)
     }
 
-    /// Bytes of shared memory a block for a batch of `batch` and layers `sizes`.
+    /// Bytes of shared memory a block for a batch of `batch` and layers `sizes` (the layer
+    /// engine's [`Plan`] where the variant has several hidden layers).
     pub fn smem_bytes(self, batch: usize, sizes: &[usize]) -> usize {
-        match sizes {
-            &[dim, h1, h2, _] if self.variant.layers == 2 => DeepSmem::of(batch, dim, h1, h2).bytes,
-            _ => self.smem(batch, sizes[0]).bytes,
+        match self.variant.layers {
+            1 => self.smem(batch, sizes[0]).bytes,
+            layers => Plan::of(batch, layers, super::hidden_widths(sizes)).bytes,
         }
     }
 
@@ -120,18 +121,10 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
         let batch = v.most_batch;
         let feeds = || feeds_by_preference().filter(move |f| f.variant == v);
         let fits = feeds().find(|f| f.smem(batch, dim).bytes <= room);
-        let deep = DeepSmem::of(batch, dim, DEEP_SHOWN, DEEP_SHOWN).bytes;
         let verdict = match fits {
             _ if !v.exists_in(target) => format!("not in {target} PTX ({})", v.archs),
-            _ if v.layers > 1 && deep <= room => {
-                format!("runs: {deep} B a block at {DEEP_SHOWN} units a layer")
-            }
-            _ if v.layers > 1 => {
-                format!(
-                    "needs {deep} B a block at {DEEP_SHOWN} units a layer; {}",
-                    gpu.describe_smem_limit()
-                )
-            }
+            _ if v.layers > 1 => describe_layers(v, batch, dim, room, gpu),
+
             Some(f) if v.ring() => {
                 let bytes = f.smem(batch, dim).bytes;
                 format!("runs: {bytes} B a block, {} stages", f.stages)
@@ -154,9 +147,33 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
     VARIANTS.iter().map(line).collect()
 }
 
-/// The hidden widths `host info` sizes the two-layer kernel's shared memory at: the widest
-/// first layer of its slices of 8 units on 132 SMs.
+/// The widest first hidden layer of the layer engine's slices of 8 units on 132 SMs, where
+/// `host info` starts looking for the widest model of equal layers that fits.
 const DEEP_SHOWN: usize = 528;
+
+/// `host info`'s verdict on a row of the layer engine: the widest model of `v.layers` equal
+/// hidden layers (a multiple of 16, up to [`DEEP_SHOWN`]) whose layout fits `room`.
+fn describe_layers(v: &Variant, batch: usize, dim: usize, room: usize, gpu: &Gpu) -> String {
+    let bytes = |w: usize| {
+        let mut sizes = vec![dim];
+        sizes.extend(std::iter::repeat_n(w, v.layers));
+        sizes.push(10);
+        Plan::of(batch, v.layers, super::hidden_widths(&sizes)).bytes
+    };
+    let widest = DEEP_SHOWN.min(v.inner);
+    match (16..=widest).rev().step_by(16).find(|&w| bytes(w) <= room) {
+        Some(w) => format!(
+            "runs: {} hidden layers up to {w} units, {} B a block",
+            v.layers,
+            bytes(w)
+        ),
+        None => format!(
+            "needs {} B a block at 16 units a layer; {}",
+            bytes(16),
+            gpu.describe_smem_limit()
+        ),
+    }
+}
 
 /// Whether the persistent kernel (with accumulator `acc`) can train layers `sizes` with this
 /// batch and epochs of `steps` steps on this GPU.
@@ -179,9 +196,9 @@ pub fn support_sliced(
     acc: Accum,
     units: Option<usize>,
 ) -> Result<Support> {
-    if sizes.len() > 4 {
+    if sizes.len() > MAX_LAYERS + 2 {
         return Ok(Support::No(format!(
-            "it trains one or two hidden layers, this model has {}",
+            "it trains one to {MAX_LAYERS} hidden layers, this model has {}",
             sizes.len() - 2
         )));
     }
@@ -204,59 +221,52 @@ pub fn support_sliced(
             "its two shuffled copies of the training set need {} MiB, over half the GPU's free memory",
             shuffled >> 20
         )
-    } else if sizes.len() == 4 {
-        return choose_deep(gpu, sizes, batch, (acc, units));
+    } else if sizes.len() > 3 {
+        return choose_layers(gpu, sizes, batch, (acc, units));
     } else {
         return choose_feed(gpu, (batch, dim, hidden, acc), units);
     };
     Ok(Support::No(why))
 }
 
-/// Whether the two-layer kernel (`deep`) trains layers `sizes` (two hidden) with this batch
-/// and accumulator on this GPU, with every block resident, or why not.
-fn choose_deep(
+/// Whether the layer engine (the `deep` row of this depth) trains layers `sizes` (two or
+/// more hidden) with this batch and accumulator on this GPU, with every block resident, or
+/// why not.
+fn choose_layers(
     gpu: &Gpu,
     sizes: &[usize],
     batch: usize,
     (acc, units): (Accum, Option<usize>),
 ) -> Result<Support> {
-    let feed = Feed {
-        variant: &rows::deep,
-        stages: 0,
-    };
+    let layers = sizes.len() - 2;
+    let variant = VARIANTS
+        .iter()
+        .find(|v| v.layers == layers)
+        .expect("a row for every depth up to MAX_LAYERS");
+    let feed = Feed { variant, stages: 0 };
     let (v, target) = (feed.variant, gpu.ptx.target());
-    let (h1, h2) = (sizes[1], sizes[2]);
+    let hidden = &sizes[1..=layers];
     let bytes = feed.smem_bytes(batch, sizes);
+    let kernel = format!("its {layers}-layer kernel");
     let why = if !v.exists_in(target) {
-        format!(
-            "its two-layer kernel is in {}, not in {}",
-            v.archs,
-            gpu.describe_ptx()
-        )
+        format!("{kernel} is in {}, not in {}", v.archs, gpu.describe_ptx())
     } else if !v.has(acc) {
-        format!("its two-layer kernel has no {} accumulators", acc.suffix())
+        format!("{kernel} has no {} accumulators", acc.suffix())
     } else if units.is_some_and(|u| u != v.units()) {
-        format!(
-            "its two-layer kernel takes {} hidden units a block",
-            v.units()
-        )
+        format!("{kernel} takes {} hidden units a block", v.units())
     } else if batch > MAX_BATCH {
-        format!("the batch {batch} is above {MAX_BATCH}, the most of its two-layer kernel")
-    } else if !h1.is_multiple_of(16) {
-        format!("the first hidden width {h1} is not a multiple of 16, the second layer's k-step")
-    } else if h1 > MAX_DIM {
-        format!("the first hidden width {h1} is above {MAX_DIM}, the widest input it takes")
-    } else if h2 > h1 {
-        format!("the second hidden layer ({h2}) is wider than the first ({h1})")
+        format!("the batch {batch} is above {MAX_BATCH}, the most of {kernel}")
+    } else if let Some(why) = layer_widths_refused(hidden, v.inner) {
+        why
     } else if bytes > gpu.max_smem_optin() {
         format!(
-            "two hidden layers of {h1} and {h2} need {bytes} B of shared memory a block, {}",
+            "hidden layers of {hidden:?} need {bytes} B of shared memory a block, {}",
             gpu.describe_smem_limit()
         )
     } else {
         let f = function(gpu, acc, feed, bytes)?;
         let resident = resident_blocks(gpu, &f, bytes, Some(PAIR))?;
-        let blocks = PAIR * h1 / UNITS;
+        let blocks = PAIR * hidden[0] / UNITS;
         if blocks <= resident {
             return Ok(Support::Yes(feed));
         }
@@ -265,6 +275,39 @@ fn choose_deep(
         )
     };
     Ok(Support::No(why))
+}
+
+/// Why the layer engine does not take `hidden` widths, if it does not: each is a later
+/// layer's input but the last (a multiple of 16, the k-step, and at most `inner`), none is wider than the one before (each layer's n-tiles
+/// are dealt one a slice of the first's, and its gradient fills the batch buffer of its
+/// input), and the last is a multiple of 8.
+fn layer_widths_refused(hidden: &[usize], inner: usize) -> Option<String> {
+    let last = hidden.len() - 1;
+    for (i, &w) in hidden.iter().enumerate() {
+        let n = i + 1;
+        if i < last && !w.is_multiple_of(16) {
+            return Some(format!(
+                "hidden layer {n} ({w}) is not a multiple of 16, the next layer's k-step"
+            ));
+        }
+        if !w.is_multiple_of(UNITS) {
+            return Some(format!(
+                "hidden layer {n} ({w}) is not a multiple of {UNITS}"
+            ));
+        }
+        if i < last && w > inner {
+            return Some(format!(
+                "hidden layer {n} ({w}) is above {inner}, the widest input of a later layer in this kernel"
+            ));
+        }
+        if i > 0 && w > hidden[i - 1] {
+            return Some(format!(
+                "hidden layer {n} ({w}) is wider than the one before ({})",
+                hidden[i - 1]
+            ));
+        }
+    }
+    None
 }
 
 /// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
