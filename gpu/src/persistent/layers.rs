@@ -65,10 +65,14 @@ impl Shared {
         let at = self.base.wrapping_add(self.at.dz[l - 1]);
         Plane::new(at, self.widths[l + 1], self.flagged, counter)
     }
-    /// The fp16 copy of layer `l`'s W that step `k` reads.
+    /// The fp16 copy of layer `l`'s W that step `k` reads: the copies follow each other, so
+    /// the step picks one by arithmetic (an index by the step would put the scratch's offsets
+    /// in local memory).
     #[inline(always)]
     fn w(&self, l: usize, k: u32) -> *mut u16 {
-        self.base.wrapping_add(self.at.w[l - 1][k as usize % 2]) as *mut u16
+        let copy = self.at.w[l - 1][1] - self.at.w[l - 1][0];
+        let at = self.at.w[l - 1][0] + (k as usize % 2) * copy;
+        self.base.wrapping_add(at) as *mut u16
     }
 }
 
@@ -199,8 +203,7 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
                         shared.input(l + 1).publish(b, b.h(0), b.j0, k);
                         t.mark();
                     } else {
-                        let grad = shared.grad(l);
-                        last = Some(last_layer::<A, F, K>((b, s), &h[l], &mut ring, &mut t, grad));
+                        last = Some(last_layer::<A, F, K>((b, s), &h[l], &mut ring, &mut t, (&shared, l)));
                     }
                 } else if l < L - 1 {
                     t.skip(2);
@@ -271,7 +274,7 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
 
 /// The last layer's step from its forward to its shares (its owners only: shadows meet the
 /// grid, and take the gradient as every block below does): the partial logits and the grid
-/// barrier, the softmax, its `dZ` published to `grad`, then the shares of its db and dW and of the
+/// barrier, the softmax, its `dZ` published (the last layer is `l`), then the shares of its db and dW and of the
 /// output layer's W and b.
 #[inline(always)]
 fn last_layer<A: Acc, F: Row, const K: usize>(
@@ -279,7 +282,7 @@ fn last_layer<A: Acc, F: Row, const K: usize>(
     h: &[[f32; 4]; 1],
     ring: &mut Ring,
     t: &mut Trace,
-    grad: Plane,
+    (shared, l): (&Shared, usize),
 ) -> Shares<A, K> {
     logits::add_partials::<A, T, 1>(b, s, h, false);
     t.mark();
@@ -287,7 +290,7 @@ fn last_layer<A: Acc, F: Row, const K: usize>(
     t.mark();
     let part = softmax::cross_entropy::<F>(b, s);
     backward::hidden_grad(b, h);
-    grad.publish(b, b.dh(0), b.j0, s.k);
+    shared.grad(l).publish(b, b.dh(0), b.j0, s.k);
     t.mark();
     let out = Outbox::new::<P>(b);
     let db = backward::bias_share::<T, 1>(b, &out);

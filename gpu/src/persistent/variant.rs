@@ -246,11 +246,12 @@ macro_rules! persistent_variants {
             // Hopper, two to four hidden layers (the layer engine): one buffer of half the batch
             // for the first layer's slices of 8 units, over which each later layer's n-tiles
             // are dealt; fp32 accumulators beside several layers' state need more registers
-            // than a thread has. Past two layers, each later layer's input is at most 256 wide,
-            // so its W state takes 16 registers a thread.
-            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2, 896),
+            // than a thread has. A later layer's input is at most 640 wide with two layers
+            // (past the 528 units of 132 SMs' pairs), 256 with three and 128 with four, so its
+            // W state takes 40, 16 or 8 registers a thread.
+            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2, 640),
             (deep3, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 3, 256),
-            (deep4, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 4, 256),
+            (deep4, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 4, 128),
             // Hopper, past what the registers hold of W1's state.
             (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1, -),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
