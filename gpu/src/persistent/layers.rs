@@ -22,12 +22,13 @@ const T: usize = tiles(PAIR);
 /// warp), db's entry, and where they went.
 type Shares<A, const K: usize> = ([[A; 1]; K], f32, Outbox);
 
-/// Runs `$body` once for each layer `$l` of the list, in its order, with `$l` a constant:
-/// the per-layer arrays it indexes stay in registers.
+/// Runs `$body` once for each layer `$l` of the list, in its order, with `$l` a literal: the
+/// per-layer arrays it indexes stay in registers, which a loop the optimiser might keep would
+/// put in local memory.
 macro_rules! each {
     ($l:ident in [$($v:literal),*] $body:block) => {
         $({
-            const $l: usize = $v;
+            let $l: usize = $v;
             $body
         })*
     };
@@ -132,6 +133,47 @@ fn later_block<F: Row>(args: Params, l: usize, lay: Smem) -> Block {
     }
 }
 
+/// The W state of every layer in registers: the first's, sized for the batch's inputs, and
+/// each later layer's (`later[l - 1]`), sized for `K` input tiles a warp.
+struct Weights<F: Row, const K: usize> {
+    first: W1<1, F>,
+    later: [W1<1, F, K>; MAX_LAYERS - 1],
+}
+
+impl<F: Row, const K: usize> Weights<F, K> {
+    /// Every layer's W state, and the rest of its parameters into shared memory.
+    #[inline(always)]
+    fn load<const L: usize>(bs: &[Block; L]) -> Weights<F, K> {
+        let mut w = Weights {
+            first: W1::load(&bs[0]),
+            later: [const { W1::zero() }; MAX_LAYERS - 1],
+        };
+        weights::load_small(&bs[0]);
+        each!(l in [1, 2, 3] {
+            if l < L {
+                w.later[l - 1] = W1::load(&bs[l]);
+                weights::load_small(&bs[l]);
+            }
+        });
+        w
+    }
+
+    /// Every layer's parameters out of the launch, by the blocks of part 0 that own them.
+    #[inline(always)]
+    fn store<const L: usize>(&self, bs: &[Block; L]) {
+        if bs[0].part == 0 {
+            self.first.store(&bs[0]);
+            weights::store_small(&bs[0]);
+            each!(l in [1, 2, 3] {
+                if l < L && owner(&bs[l]) {
+                    self.later[l - 1].store(&bs[l]);
+                    weights::store_small(&bs[l]);
+                }
+            });
+        }
+    }
+}
+
 /// The training loop of the layer engine (variant `F`, accumulators `A`, `L` hidden layers,
 /// `K` input tiles a warp past the first): the steps of `deep.rs`'s description.
 #[inline(always)]
@@ -144,16 +186,9 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
         assert!(!v.bulk() && !v.w1_copy_in_registers());
     };
     let (bs, _) = blocks::<F, L>(args);
-    let mut w0 = W1::<1, F>::load(&bs[0]);
-    let mut ws = [const { W1::<1, F, K>::zero() }; MAX_LAYERS - 1];
-    each!(l in [1, 2, 3] {
-        if l < L {
-            ws[l - 1] = W1::load(&bs[l]);
-        }
-    });
+    let mut w = Weights::<F, K>::load(&bs);
     each!(l in [0, 1, 2, 3] {
         if l < L {
-            weights::load_small(&bs[l]);
             bs[l].clear_unfilled_rows();
             exchange::open::<P>(&bs[l]);
         }
@@ -161,14 +196,7 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
     let mut ring = Ring::start(&bs[0], false);
     let mut copies = fetch::start(&bs[0]);
     for k in 0..args.steps {
-        let (mut bs, shared) = blocks::<F, L>(opaque_widths(args));
-        let mut ss = [Step::new(&bs[0], k); L];
-        each!(l in [0, 1, 2, 3] {
-            if l < L {
-                bs[l] = bs[l].for_step();
-                ss[l] = Step::new(&bs[l], k);
-            }
-        });
+        let (bs, ss, shared) = step_blocks::<F, L>(args, k);
         // One mark a phase of `trace::phases_of`.
         let mut t = Trace::start(&args, k);
         each!(l in [1, 2, 3] {
@@ -178,64 +206,10 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
         });
         fetch::wait(&bs[0], &ss[0], &copies);
         t.mark();
-        let mut h = [[[0.0f32; 4]; 1]; MAX_LAYERS];
-        h[0] = forward::hidden::<A, F, T, 1, 1, TILES_PER_WARP>(&bs[0], &ss[0], &mut ring, &w0);
-        t.mark();
-        // The tile warps' rows of H before other warps publish them.
-        sync_threads();
-        shared.input(1).publish(&bs[0], bs[0].h(0), bs[0].j0, k);
-        t.mark();
-        // The later layers' forwards; the last also takes the logits to its shares.
-        let mut last = None;
-        each!(l in [1, 2, 3] {
-            if l < L {
-                let (b, s) = (&bs[l], &ss[l]);
-                if owner(b) {
-                    shared.input(l).gather(b, (s.x, b.lay.stride), k);
-                    if l == L - 1 {
-                        copy_labels((&bs[0], &ss[0]), (b, s));
-                    }
-                    sync_threads();
-                    t.mark();
-                    h[l] = forward::hidden::<A, F, T, 1, 1, K>(b, s, &mut ring, &ws[l - 1]);
-                    if l < L - 1 {
-                        sync_threads();
-                        shared.input(l + 1).publish(b, b.h(0), b.j0, k);
-                        t.mark();
-                    } else {
-                        last = Some(last_layer::<A, F, K>((b, s), &h[l], &mut ring, &mut t, (&shared, l)));
-                    }
-                } else if l < L - 1 {
-                    t.skip(2);
-                } else {
-                    t.skip(2);
-                    logits::exchange(b, s);
-                    t.skip(3);
-                }
-            }
-        });
-        // From the last layer down, the input gradient of each layer's input, which is the
-        // gradient of the layer below's output through its ReLU; then that layer's shares.
-        let mut shares: [Option<Shares<A, K>>; MAX_LAYERS] = [const { None }; MAX_LAYERS];
+        let (h, last) = forwards::<A, F, L, K>((&bs, &ss), &mut ring, &w, &shared, &mut t);
+        let (mut shares, first) =
+            backwards::<A, F, L, K>((&bs, &ss), &mut ring, &h, &shared, &mut t);
         shares[L - 1] = last;
-        each!(l in [3, 2, 1] {
-            if l < L {
-                let below = &bs[l - 1];
-                if owner(below) {
-                    input_grad(below, (&bs[l], &ss[l]), &h[l - 1], &shared, l);
-                    t.mark();
-                    if l > 1 {
-                        shared.grad(l - 1).publish(below, below.dh(0), below.j0, k);
-                        shares[l - 1] = Some(layer_shares::<A, F, K>(below, &ss[l - 1], &mut ring));
-                        t.mark();
-                    }
-                } else {
-                    t.skip(if l > 1 { 2 } else { 1 });
-                }
-            }
-        });
-        let (dw0, db0, out0) = layer_shares::<A, F, TILES_PER_WARP>(&bs[0], &ss[0], &mut ring);
-        t.mark();
         each!(l in [3, 2, 1] {
             if l < L {
                 if let Some((dw, db, out)) = shares[l].take() {
@@ -244,38 +218,130 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
                     if l == L - 1 {
                         softmax::record_loss(b, s);
                     }
-                    update::sgd_step(b, s, &mut ws[l - 1], &sums, &out);
+                    update::sgd_step(b, s, &mut w.later[l - 1], &sums, &out);
                 }
                 t.mark();
             }
         });
-        let (b0, s0) = (&bs[0], &ss[0]);
+        let ((b0, s0), (dw0, db0, out0)) = ((&bs[0], &ss[0]), first);
         let sums0 = exchange::receive::<A, P, 1, 1, TILES_PER_WARP>(b0, s0, (&dw0, db0), || {
             fetch::after_dw1(b0, s0, &mut copies)
         });
-        update::sgd_step(b0, s0, &mut w0, &sums0, &out0);
+        update::sgd_step(b0, s0, &mut w.first, &sums0, &out0);
         sync_threads();
         t.mark();
     }
     // The last step's update before the write-back reads it.
     sync_threads();
-    let (bs, _) = blocks::<F, L>(opaque_widths(args));
-    if bs[0].part == 0 {
-        w0.store(&bs[0]);
-        weights::store_small(&bs[0]);
-        each!(l in [1, 2, 3] {
-            if l < L && owner(&bs[l]) {
-                ws[l - 1].store(&bs[l]);
-                weights::store_small(&bs[l]);
+    w.store(&blocks::<F, L>(opaque_widths(args)).0);
+}
+
+/// Step `k`'s blocks and steps of the `L` layers (as [`Block::for_step`] sees them), and what
+/// they share.
+#[inline(always)]
+fn step_blocks<F: Row, const L: usize>(args: Params, k: u32) -> ([Block; L], [Step; L], Shared) {
+    let (mut bs, shared) = blocks::<F, L>(opaque_widths(args));
+    let mut ss = [Step::new(&bs[0], k); L];
+    each!(l in [0, 1, 2, 3] {
+        if l < L {
+            bs[l] = bs[l].for_step();
+            ss[l] = Step::new(&bs[l], k);
+        }
+    });
+    (bs, ss, shared)
+}
+
+/// The forwards of every layer, each publishing its output for the next to gather: the H
+/// fragments of each layer (its ReLU), and the last layer's shares where the block owns it
+/// (its forward continues to the logits, the grid barrier and its gradients).
+#[inline(always)]
+fn forwards<A: Acc, F: Row, const L: usize, const K: usize>(
+    (bs, ss): (&[Block; L], &[Step; L]),
+    ring: &mut Ring,
+    w: &Weights<F, K>,
+    shared: &Shared,
+    t: &mut Trace,
+) -> ([[[f32; 4]; 1]; MAX_LAYERS], Option<Shares<A, K>>) {
+    let k = ss[0].k;
+    let mut h = [[[0.0f32; 4]; 1]; MAX_LAYERS];
+    h[0] = forward::hidden::<A, F, T, 1, 1, TILES_PER_WARP>(&bs[0], &ss[0], ring, &w.first);
+    t.mark();
+    // The tile warps' rows of H before other warps publish them.
+    sync_threads();
+    shared.input(1).publish(&bs[0], bs[0].h(0), bs[0].j0, k);
+    t.mark();
+    let mut last = None;
+    each!(l in [1, 2, 3] {
+        if l < L {
+            let (b, s) = (&bs[l], &ss[l]);
+            if owner(b) {
+                shared.input(l).gather(b, (s.x, b.lay.stride), k);
+                if l == L - 1 {
+                    copy_labels((&bs[0], &ss[0]), (b, s));
+                }
+                sync_threads();
+                t.mark();
+                h[l] = forward::hidden::<A, F, T, 1, 1, K>(b, s, ring, &w.later[l - 1]);
+                if l < L - 1 {
+                    sync_threads();
+                    shared.input(l + 1).publish(b, b.h(0), b.j0, k);
+                    t.mark();
+                } else {
+                    last = Some(last_layer::<A, F, K>((b, s), &h[l], ring, t, (shared, l)));
+                }
+            } else if l < L - 1 {
+                t.skip(2);
+            } else {
+                t.skip(2);
+                logits::exchange(b, s);
+                t.skip(3);
             }
-        });
-    }
+        }
+    });
+    (h, last)
+}
+
+/// From the last layer down, the gradient of each layer's input, which is the gradient of
+/// the layer below's output through its ReLU (`h`), published for the layer below that, then
+/// that layer's shares: those of every layer past the first that the block owns but the last
+/// (which `forwards` took), and the first's.
+#[inline(always)]
+fn backwards<A: Acc, F: Row, const L: usize, const K: usize>(
+    (bs, ss): (&[Block; L], &[Step; L]),
+    ring: &mut Ring,
+    h: &[[[f32; 4]; 1]; MAX_LAYERS],
+    shared: &Shared,
+    t: &mut Trace,
+) -> (
+    [Option<Shares<A, K>>; MAX_LAYERS],
+    Shares<A, TILES_PER_WARP>,
+) {
+    let mut shares = [const { None }; MAX_LAYERS];
+    each!(l in [3, 2, 1] {
+        if l < L {
+            let below = &bs[l - 1];
+            if owner(below) {
+                input_grad(below, (&bs[l], &ss[l]), &h[l - 1], shared, l);
+                t.mark();
+                if l > 1 {
+                    shared.grad(l - 1).publish(below, below.dh(0), below.j0, ss[0].k);
+                    shares[l - 1] = Some(layer_shares::<A, F, K>(below, &ss[l - 1], ring));
+                    t.mark();
+                }
+            } else {
+                t.skip(if l > 1 { 2 } else { 1 });
+            }
+        }
+    });
+    let first = layer_shares::<A, F, TILES_PER_WARP>(&bs[0], &ss[0], ring);
+    t.mark();
+    (shares, first)
 }
 
 /// The last layer's step from its forward to its shares (its owners only: shadows meet the
 /// grid, and take the gradient as every block below does): the partial logits and the grid
-/// barrier, the softmax, its `dZ` published (the last layer is `l`), then the shares of its db and dW and of the
-/// output layer's W and b.
+/// barrier, the softmax, its `dZ` published (the last layer is `l`), then the shares of its
+/// db and dW and of the output layer's W and b.
 #[inline(always)]
 fn last_layer<A: Acc, F: Row, const K: usize>(
     (b, s): (&Block, &Step),
