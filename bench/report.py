@@ -248,7 +248,7 @@ def arch_run(flags, hidden):
 
 
 # Deeper models: ours, JAX's scan and PyTorch's fastest mode at hidden 128, 10 epochs each.
-DEPTH_MODELS = ["128,128", "256,256,256", "512,256", "1024,1024", "512,512,512,512"]
+DEPTH_MODELS = ["128,128", "256,256,256", "512,256", "1024,1024", "128,128,128,128", "512,512,512,512"]
 DEPTH_EPOCHS = 10
 
 
