@@ -190,7 +190,8 @@ fn input_grads<A: Acc, F: Row, const T: usize, const O: usize, const K: usize>(
     if F::V.ring() {
         dw1_chunks::<A, T, O, K>(b, ring, &bf)
     } else if F::V.layers > 1 && b.ktiles <= 4 * WARPS {
-        // The deep kernel's second layer, whose inputs (H1) are a few tiles a warp.
+        // A later layer of the layer engine, whose input (a hidden layer) is a few tiles a
+        // warp.
         match b.ktiles.div_ceil(WARPS) {
             1 => dw1_tiles::<A, 1, T, O, K>(b, s, &bf),
             2 => dw1_tiles::<A, 2, T, O, K>(b, s, &bf),

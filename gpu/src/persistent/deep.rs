@@ -59,7 +59,7 @@ pub struct Plan {
 
 impl Plan {
     pub const fn of(batch: usize, layers: usize, widths: Widths) -> Plan {
-        let first = rows::deep.smem(batch, widths[0], 0);
+        let first = Smem::whole(batch, widths[0], 1, PAIR, false);
         let mut plan = [first; MAX_LAYERS];
         let (mut end, mut widest, mut l) = (first.bytes, 0, 1);
         while l < layers {
@@ -216,6 +216,22 @@ mod tests {
         }
         let p = Plan::of(128, 4, widths(&[784, 256, 256, 256, 256]));
         assert!(p.bytes > HOPPER_SMEM);
+        // The first layer's block lays itself out by its row, the plan by the one-buffer
+        // layout: the same bytes in the same places.
+        for v in VARIANTS.iter().filter(|v| v.layers > 1) {
+            let (row, plan) = (
+                v.smem(128, 784, 0),
+                Plan::of(128, 2, widths(&[784, 64, 64])),
+            );
+            assert_eq!(
+                (row.x, row.partials, row.bytes),
+                (
+                    plan.layers[0].x,
+                    plan.layers[0].partials,
+                    plan.layers[0].bytes
+                )
+            );
+        }
         // A layer's output gradient, rows of whole k-steps, fits the rows of its input.
         for (input, units) in [(32, 24), (48, 40), (128, 128), (512usize, 504usize)] {
             assert!(

@@ -28,8 +28,8 @@ fn dw1_word(b: &Block, mt: usize, p: usize) -> usize {
 /// Where the small shares (dW2, db2, db1) start among a block's words.
 const SMALL_AT: usize = WARPS * TILES_PER_WARP * 2 * 32;
 /// The partner's shares of the next step have this many bytes (Hopper): dW1's of the n-tiles
-/// this block updates, and the small ones (db1's alone where the block has no classes: the
-/// first layer of the deep kernel, whose next layer is not the logits).
+/// this block updates, and the small ones (db1's alone where the block has no classes: a layer
+/// of the layer engine whose next layer is not the logits).
 #[inline(always)]
 fn share_bytes(b: &Block) -> u32 {
     let small = if b.classes > 0 {

@@ -21,7 +21,7 @@ pub const fn plane_words(rows: usize, width: usize) -> usize {
     rows * width / 4 * 4
 }
 
-// Its one user, the two-layer loop, is Hopper's alone.
+// Its one user, the layer engine, is Hopper's alone.
 #[cfg(all(
     target_arch = "nvptx64",
     target_feature = "sm_90",

@@ -1,6 +1,7 @@
-//! Planes of activations or gradients (the deep kernel's H1 and dZ2, fp16 `[batch][width]`)
-//! whose writers publish columns of them and the blocks of their half of the batch gather rows
-//! of them, within a step. A plane takes one of two forms, the same for both planes of a model:
+//! Planes of activations or gradients (the layer engine's inputs of the layers past the first
+//! and their output gradients, fp16 `[batch][width]`) whose writers publish columns of them and
+//! the blocks of their half of the batch gather rows of them, within a step. A plane takes one
+//! of two forms, the same for every plane of a model:
 //! - flagged lines ([`Flagged`]) where the first hidden layer has at most [`FLAGGED_WIDTH`]
 //!   units: a reader waits on the data itself, one round trip through L2;
 //! - plain fp16 where it is wider: the writers announce at a counter of the half, and a reader

@@ -305,7 +305,7 @@ macro_rules! variant_table {
         $logits:ident, [$($acc:ident)*], $which:ident $sm:literal, $slices:literal, $stages:tt,
         $layers:literal, $inner:tt),)*) => {
         /// Each row of [`persistent_variants!`](crate::persistent_variants) by its name, for
-        /// code that names one (the kernels' exports, the two-layer kernel's layout and choice).
+        /// code that names one (the kernels' exports and the tests).
         #[allow(non_upper_case_globals)]
         pub mod rows {
             use super::*;
