@@ -19,6 +19,10 @@
 //!    that a block may still be reading);
 //! 4. each layer's exchange within the pair and update.
 //!
+//! In the code, layers count from 0 (`bs[0]` is the first hidden layer, whose weights are W1),
+//! and what exists only past the first is indexed `l - 1` (`Scratch`, the later layers'
+//! weights); docs, traces and the host's messages count from 1 (H1, "hidden layer 1").
+//!
 //! Inputs and `dZ` are planes (`plane`) that a block gathers as soon as they carry the step's
 //! flag (a first layer of up to 128 units) or after a meeting of its half's blocks at a
 //! counter. W's copies need neither: the step's grid barrier orders them. Each plane's next
@@ -47,9 +51,10 @@ pub const fn widths_of(args: &Params) -> Widths {
 /// The layer engine's shared memory for `layers` hidden layers of `widths` at batch `batch`:
 /// each layer's one-buffer layout in turn, 128-byte aligned (its `mbarrier`s and bulk-copy
 /// targets keep their alignment), every one past the first with the first's partial sums
-/// ([`Smem::inner`]: its batch buffer holds its input, gathered, later the gradient of the
-/// next layer's output); then the staged columns of the next layer's W that the input
-/// gradient reads (fp16 `[unit][width]`, rows of [`cols_row`] for the widest).
+/// ([`Smem::inner`]: its batch buffer holds its input, gathered, later the gradient of its
+/// own output, which the layer below reads); then the staged columns of a layer's W that the
+/// input gradient of the layer below reads (fp16 `[unit][width]`, rows of [`cols_row`] for the
+/// widest).
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     pub layers: [Smem; MAX_LAYERS],
@@ -217,8 +222,15 @@ mod tests {
         let p = Plan::of(128, 4, widths(&[784, 256, 256, 256, 256]));
         assert!(p.bytes > HOPPER_SMEM);
         // The first layer's block lays itself out by its row, the plan by the one-buffer
-        // layout: the same bytes in the same places.
+        // layout: the same bytes in the same places. A later layer's block takes its rows of
+        // the batch from its row's layout too, and the plan places its regions: the same rows.
         for v in VARIANTS.iter().filter(|v| v.layers > 1) {
+            for batch in [1, 8, 120, 128] {
+                let plan = Plan::of(batch, 3, widths(&[784, 64, 48, 40]));
+                for (l, dim) in [(1, 64), (2, 48)] {
+                    assert_eq!(plan.layers[l].rows, v.smem(batch, dim, 0).rows, "{batch}");
+                }
+            }
             let (row, plan) = (
                 v.smem(128, 784, 0),
                 Plan::of(128, 2, widths(&[784, 64, 64])),

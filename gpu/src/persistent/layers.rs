@@ -33,6 +33,7 @@ macro_rules! each {
         })*
     };
 }
+const _: () = assert!(MAX_LAYERS == 4, "each! lists the layers 0..4");
 
 /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
 /// meetings' counters of the block's half) and where the block stages W's columns.

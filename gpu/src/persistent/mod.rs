@@ -151,8 +151,8 @@ pub struct Params {
     pub logits: u64,
     pub exchange: u64,
     pub counters: u64,
-    /// The `deep` kernel's activations, input gradients and W2 copies that its blocks share
-    /// ([`Scratch`]; unused by the others).
+    /// What the layer engine's blocks share: the later layers' inputs, output gradients and W
+    /// copies ([`Scratch`]; unused by the one-layer kernels).
     pub scratch: u64,
     /// Hidden layers; the width of every layer: the input, each hidden layer, then the
     /// classes at `widths[layers + 1]` (zeros past them).

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 pub mod phases;
 mod support;
+use support::layer_widths_refused;
 pub use support::{Feed, Support, describe_variants, support, support_sliced};
 use support::{cluster_size, function, grid_config};
 
@@ -87,14 +88,19 @@ impl Persistent {
         feed: Feed,
     ) -> Result<Persistent> {
         let target = gpu.ptx.target();
-        let (smem, smem_bytes) = (feed.smem(batch, sizes[0]), feed.smem_bytes(batch, sizes));
         let layers = feed.variant.layers;
         ensure!(
-            sizes.len() == feed.variant.layers + 2,
-            "{feed:?} trains {} hidden layers, not {}",
-            feed.variant.layers,
+            sizes.len() == layers + 2,
+            "{feed:?} trains {layers} hidden layers, not {}",
             sizes.len() - 2
         );
+        // The kernel assumes what the layer engine's refusals check.
+        if layers > 1
+            && let Some(why) = layer_widths_refused(&sizes[1..=layers], feed.variant.inner)
+        {
+            anyhow::bail!("{feed:?} does not train {sizes:?}: {why}");
+        }
+        let (smem, smem_bytes) = (feed.smem(batch, sizes[0]), feed.smem_bytes(batch, sizes));
         ensure!(
             feed.runs_with(target, gpu.max_smem_optin(), batch, sizes[0])
                 && smem_bytes <= gpu.max_smem_optin(),

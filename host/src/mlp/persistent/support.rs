@@ -45,7 +45,7 @@ impl Feed {
     }
 
     /// The shared-memory layout of a block for a batch of `batch` × `dim` (of the first layer,
-    /// with two hidden layers).
+    /// with several hidden layers: [`Feed::smem_bytes`] gives the whole plan's).
     pub fn smem(self, batch: usize, dim: usize) -> Smem {
         self.variant.smem(batch, dim, self.stages)
     }
@@ -124,7 +124,6 @@ pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
         let verdict = match fits {
             _ if !v.exists_in(target) => format!("not in {target} PTX ({})", v.archs),
             _ if v.layers > 1 => describe_layers(v, batch, dim, room, gpu),
-
             Some(f) if v.ring() => {
                 let bytes = f.smem(batch, dim).bytes;
                 format!("runs: {bytes} B a block, {} stages", f.stages)
@@ -277,11 +276,11 @@ fn choose_layers(
     Ok(Support::No(why))
 }
 
-/// Why the layer engine does not take `hidden` widths, if it does not: each is a later
-/// layer's input but the last (a multiple of 16, the k-step, and at most `inner`), none is wider than the one before (each layer's n-tiles
-/// are dealt one a slice of the first's, and its gradient fills the batch buffer of its
-/// input), and the last is a multiple of 8.
-fn layer_widths_refused(hidden: &[usize], inner: usize) -> Option<String> {
+/// Why the layer engine does not take `hidden` widths, if it does not: each but the last is a
+/// later layer's input (a multiple of 16, the k-step, and at most `inner`), none is wider than
+/// the one before (each layer's n-tiles are dealt one a slice of the first's, and its gradient
+/// fills the batch buffer of its input), and the last is a multiple of 8.
+pub fn layer_widths_refused(hidden: &[usize], inner: usize) -> Option<String> {
     let last = hidden.len() - 1;
     for (i, &w) in hidden.iter().enumerate() {
         let n = i + 1;
@@ -295,15 +294,15 @@ fn layer_widths_refused(hidden: &[usize], inner: usize) -> Option<String> {
                 "hidden layer {n} ({w}) is not a multiple of {UNITS}"
             ));
         }
-        if i < last && w > inner {
-            return Some(format!(
-                "hidden layer {n} ({w}) is above {inner}, the widest input of a later layer in this kernel"
-            ));
-        }
         if i > 0 && w > hidden[i - 1] {
             return Some(format!(
                 "hidden layer {n} ({w}) is wider than the one before ({})",
                 hidden[i - 1]
+            ));
+        }
+        if i < last && w > inner {
+            return Some(format!(
+                "hidden layer {n} ({w}) is above {inner}, the widest input of a later layer in this kernel"
             ));
         }
     }
@@ -457,6 +456,19 @@ pub(super) fn grid_config(blocks: u32, smem: usize) -> LaunchConfig {
 mod tests {
     use super::*;
     use gpu::target::HOPPER_SMEM;
+
+    /// The layer engine's widths are refused with the first rule they break, in layer order;
+    /// a widening layer is named as one even where it is also past the row's inputs.
+    #[test]
+    fn layer_widths_are_refused_by_the_first_rule_they_break() {
+        let why = |hidden: &[usize], inner| layer_widths_refused(hidden, inner).unwrap_or_default();
+        assert!(why(&[256, 512, 128], 256).contains("hidden layer 2 (512) is wider than"));
+        assert!(why(&[512, 256, 128], 256).contains("hidden layer 1 (512) is above 256"));
+        assert!(why(&[64, 40, 40], 256).contains("hidden layer 2 (40) is not a multiple of 16"));
+        assert!(why(&[64, 48, 20], 256).contains("hidden layer 3 (20) is not a multiple of 8"));
+        assert_eq!(layer_widths_refused(&[256, 256, 256], 256), None);
+        assert_eq!(layer_widths_refused(&[64, 48, 40], 128), None);
+    }
 
     /// MNIST's batch of 128 on each generation's PTX and shared memory a block, where every
     /// block is resident: Hopper's two whole-batch buffers (sm_80 PTX has one at most, even
