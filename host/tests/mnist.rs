@@ -400,23 +400,14 @@ fn deep_persistent_steps_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn three_layer_persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let three = Feed::of("deep3");
-    if !three.variant.exists_in(g.ptx.target()) {
-        eprintln!("skipped: {three:?} is not in {}", g.describe_ptx());
-        return;
-    }
     let sizes = [
         [48, 32, 32, 24, 10],
         [784, 256, 256, 256, 10],
         [784, 144, 96, 40, 10],
     ];
-    steps_against_cpu(&g, Some(three), &sizes, &BATCHES, Draw::Grid);
-    for s in sizes {
-        for batch in BATCHES {
-            steps_repeat_across_launches(&g, three, &s, batch);
-        }
+    if engine_steps_match(&g, Feed::of("deep3"), &sizes) {
+        refused_models_say_why(&g);
     }
-    refused_models_say_why(&g);
 }
 
 /// [`three_layer_persistent_steps_match_cpu_reference`] at four hidden layers, whose planes
@@ -425,22 +416,29 @@ fn three_layer_persistent_steps_match_cpu_reference() {
 #[ignore = "needs a CUDA GPU"]
 fn four_layer_persistent_steps_match_cpu_reference() {
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let four = Feed::of("deep4");
-    if !four.variant.exists_in(g.ptx.target()) {
-        eprintln!("skipped: {four:?} is not in {}", g.describe_ptx());
-        return;
-    }
     let sizes = [
         [48, 32, 32, 32, 24, 10],
         [784, 128, 112, 96, 40, 10],
         [784, 128, 128, 128, 128, 10],
     ];
-    steps_against_cpu(&g, Some(four), &sizes, &BATCHES, Draw::Grid);
+    engine_steps_match(&g, Feed::of("deep4"), &sizes);
+}
+
+/// One step of the layer engine's `feed` on integer data against the CPU reference, and four
+/// steps bit-identical across launches, at each of `sizes` and [`BATCHES`]; false, having
+/// said why, where the PTX has no such kernel.
+fn engine_steps_match<const L: usize>(g: &Gpu, feed: Feed, sizes: &[[usize; L]]) -> bool {
+    if !feed.variant.exists_in(g.ptx.target()) {
+        eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
+        return false;
+    }
+    steps_against_cpu(g, Some(feed), sizes, &BATCHES, Draw::Grid);
     for s in sizes {
         for batch in BATCHES {
-            steps_repeat_across_launches(&g, four, &s, batch);
+            steps_repeat_across_launches(g, feed, s, batch);
         }
     }
+    true
 }
 
 /// The models the layer engine does not take are refused with the reason.
