@@ -6,7 +6,18 @@ use crate::arch::*;
 use crate::gemm::Sgd;
 use crate::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
 use crate::shuffle::permute;
-use crate::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, SOFTMAX_ROWS};
+use crate::{BIAS_GRAD_COLS, BIAS_GRAD_ROWS, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMAX_ROWS};
+
+/// The start of the kernels launched as dependent launches on sm_90 (the gather, the softmax
+/// cross-entropy, the bias gradients): wait for the grid before, then let the kernel after be
+/// scheduled at once. Nothing is read before the wait, so a dependent that starts early sees
+/// every write of the grids before this one; the grids are small, so the next kernel's blocks
+/// wait beside them rather than in their way.
+#[inline(always)]
+fn depend_on_prior_grids() {
+    wait_for_prior_grids();
+    launch_dependents();
+}
 
 /// Pixels `u8` → normalised fp16, `(p / 255 − mean) / std`, once for the whole data set.
 #[unsafe(no_mangle)]
@@ -24,21 +35,57 @@ pub unsafe extern "ptx-kernel" fn normalize_u8(
 }
 
 /// Copies rows `first..first + rows` of batch `*step` of this epoch's shuffled order: row `r` is
-/// example `permute(step·step_rows + first + r, n, *seed)`.
+/// example `permute(step·step_rows + first + r, n, *seed)`. A warp copies a row, which it looks
+/// up once, [`GATHER_ROWS`] rows a block: as 16-byte vectors where the rows allow (`dim` a
+/// multiple of 8, both sets 16-byte aligned), each lane with up to four in flight; else a
+/// feature at a time.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
-    let (x, y) = (p.x as *const u16, p.y as *const u8);
-    let (xb, yb) = (p.xb as *mut u16, p.yb as *mut u8);
+    depend_on_prior_grids();
+    let r = block_x() * GATHER_ROWS + warp_id();
+    if r >= p.rows {
+        return;
+    }
     let (step, seed) = unsafe { (*(p.step as *const u32), *(p.seed as *const u32)) };
-    let dim = p.dim;
-    grid_stride(p.rows * dim, |e| {
-        let (r, c) = (e / dim, e % dim);
-        let src = permute(step * p.step_rows + p.first + r, p.n, seed);
-        unsafe { *xb.add(e as usize) = *x.add((src * dim + c) as usize) };
-        if c == 0 {
-            unsafe { *yb.add(r as usize) = *y.add(src as usize) };
+    let src = permute(step * p.step_rows + p.first + r, p.n, seed);
+    let dim = p.dim as usize;
+    let from = (p.x as *const u16).wrapping_add(src as usize * dim);
+    let to = (p.xb as *mut u16).wrapping_add(r as usize * dim);
+    if dim.is_multiple_of(8) && (p.x | p.xb).is_multiple_of(16) {
+        copy_vectors(from as *const u8, to as *mut u8, dim / 8);
+    } else {
+        let mut c = lane() as usize;
+        while c < dim {
+            unsafe { *to.add(c) = *from.add(c) };
+            c += WARP as usize;
         }
-    });
+    }
+    if lane() == 0 {
+        unsafe { *(p.yb as *mut u8).add(r as usize) = *(p.y as *const u8).add(src as usize) };
+    }
+}
+
+/// `n` 16-byte vectors from `from` to `to` by one warp: lane `l` copies vectors `l`, `l + 32`,
+/// …, loading four before it stores them.
+fn copy_vectors(from: *const u8, to: *mut u8, n: usize) {
+    const IN_FLIGHT: usize = 4;
+    let mut v = lane() as usize;
+    while v < n {
+        let at = |j: usize| v + j * WARP as usize;
+        let words: [[u32; 4]; IN_FLIGHT] = core::array::from_fn(|j| {
+            if at(j) < n {
+                ld_global_v4(from.wrapping_add(16 * at(j)))
+            } else {
+                [0; 4]
+            }
+        });
+        for j in 0..IN_FLIGHT {
+            if at(j) < n {
+                st_global_v4(to.wrapping_add(16 * at(j)), words[j]);
+            }
+        }
+        v += IN_FLIGHT * WARP as usize;
+    }
 }
 
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
@@ -56,6 +103,7 @@ pub unsafe extern "ptx-kernel" fn gather_batch(p: GatherBatch) {
 /// 32 (one a warp), the last block's flag after them.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
+    depend_on_prior_grids();
     let first = block_x() * SOFTMAX_ROWS;
     let (l, c) = cross_entropy_row(&p, first + thread_x());
     let scratch = dynamic_shared::<f32>();
@@ -213,45 +261,137 @@ fn column_sums(d: *const u16, rows: u32, cols: u32, ld: u32, f: impl Fn(u32, f32
 }
 
 /// `db[j] = Σ_i dy[i][j]` over a `rows × cols` fp16 matrix of leading dimension `ld`: the bias
-/// gradient, or with `sgd` the bias's step. Each block sums
-/// [`BIAS_GRAD_COLS`] columns with [`BIAS_GRAD_WARPS`] warps: warp `w` takes rows `w`,
-/// `w + BIAS_GRAD_WARPS`, …, each lane two adjacent columns, so even a few columns (the logits')
-/// are summed by many warps at once. The warps' sums meet in shared memory and are added in
-/// warp order: the result does not depend on timing.
-/// Launch with `BIAS_GRAD_WARPS` warps and `BIAS_GRAD_WARPS × BIAS_GRAD_COLS` f32 of dynamic
-/// shared memory.
+/// gradient, or with `sgd` the bias's step. Block `(x, y)` sums the [`BIAS_GRAD_COLS`] columns
+/// of group `x` over the [`BIAS_GRAD_ROWS`] rows of slice `y` ([`lane_sums`]). A warp's lanes
+/// add their rows in a fixed tree, the warps meet in shared memory and are added in warp order.
+/// With one slice those are the totals. With several, each block leaves its sums in `partials`
+/// and the last block of its group to finish (counted in `done[x]`) adds the slices in order,
+/// so the result does not depend on which block ends when.
+/// Launch with [`bias_grad_grid`](crate::bias_grad_grid) blocks of `32 × BIAS_GRAD_WARPS`
+/// threads and `4 × (BIAS_GRAD_WARPS × BIAS_GRAD_COLS + 1)` bytes of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn bias_grad(p: BiasGrad) {
-    let (dy, db) = (p.dy as *const u16, p.db as *mut u16);
-    let (rows, cols, ld) = (p.rows, p.cols, p.ld);
+    depend_on_prior_grids();
     let first = block_x() * BIAS_GRAD_COLS;
-    let c = first + 2 * lane();
-    let mut sums = [0.0f32; 2];
-    let mut i = warp_id();
-    while i < rows {
-        for (k, sum) in sums.iter_mut().enumerate() {
-            let col = c + k as u32;
-            if col < cols {
-                *sum += h2f(unsafe { *dy.add((i * ld + col) as usize) });
-            }
-        }
-        i += BIAS_GRAD_WARPS;
+    let (chunk, across) = (lane() % CHUNKS, lane() / CHUNKS);
+    let mut sums = lane_sums(&p, first + LANE_COLS * chunk, block_y() * BIAS_GRAD_ROWS);
+    // The lanes of one chunk of columns (`across` = 0..4) add their rows.
+    for k in 0..LANE_COLS as usize {
+        sums[k] += shfl_xor_f32(sums[k], CHUNKS);
+        sums[k] += shfl_xor_f32(sums[k], 2 * CHUNKS);
     }
     let partial = dynamic_shared::<f32>();
-    let row = warp_id() * BIAS_GRAD_COLS;
-    for (k, sum) in sums.into_iter().enumerate() {
-        unsafe { *partial.add((row + 2 * lane()) as usize + k) = sum };
+    if across == 0 {
+        let row = shared_addr(partial) + 4 * warp_id() * BIAS_GRAD_COLS;
+        for h in 0..2 {
+            let four = [0, 1, 2, 3].map(|k| sums[4 * h + k].to_bits());
+            st_shared_v4(row + 4 * spread(LANE_COLS * chunk + 4 * h as u32), four);
+        }
     }
     sync_threads();
-    let t = thread_x();
-    if t < BIAS_GRAD_COLS && first + t < cols {
-        let mut s = 0.0f32;
+    // Thread `t` of the first `BIAS_GRAD_COLS` adds column `first + t` over the warps.
+    let (t, cols) = (thread_x(), p.cols);
+    let c = first + t;
+    let mine = t < BIAS_GRAD_COLS && c < cols;
+    let mut sum = 0.0f32;
+    if mine {
         for w in 0..BIAS_GRAD_WARPS {
-            s += unsafe { *partial.add((w * BIAS_GRAD_COLS + t) as usize) };
+            sum += unsafe { *partial.add((w * BIAS_GRAD_COLS + spread(t)) as usize) };
         }
-        let c = (first + t) as usize;
-        unsafe { *db.add(c) = p.sgd.take(c, f2h(s)) };
     }
+    let db = p.db as *mut u16;
+    let slices = grid_dim_y();
+    if slices == 1 {
+        if mine {
+            unsafe { *db.add(c as usize) = p.sgd.take(c as usize, f2h(sum)) };
+        }
+        return;
+    }
+    let partials = p.partials as *mut f32;
+    if mine {
+        unsafe { *partials.add((block_y() * cols + c) as usize) = sum };
+    }
+    let (last, done) = unsafe {
+        let flag = partial.add((BIAS_GRAD_WARPS * BIAS_GRAD_COLS) as usize) as *mut u32;
+        (flag, (p.done as *mut u32).add(block_x() as usize))
+    };
+    sync_threads();
+    if t == 0 {
+        unsafe { *last = (arrive_counted(done) == slices - 1) as u32 };
+    }
+    sync_threads();
+    if unsafe { *last } == 0 {
+        return;
+    }
+    if mine {
+        // Other blocks wrote the slices: the loads bypass L1.
+        let mut total = 0.0f32;
+        for y in 0..slices {
+            let at = unsafe { partials.add((y * cols + c) as usize) } as *const u32;
+            total += f32::from_bits(ld_global_cg_u32(at));
+        }
+        unsafe { *db.add(c as usize) = p.sgd.take(c as usize, f2h(total)) };
+    }
+    if t == 0 {
+        // Ready for the next call.
+        unsafe { *done = 0 };
+    }
+}
+
+/// Columns of `bias_grad` a lane sums: eight fp16, one 16-byte load a row.
+const LANE_COLS: u32 = 8;
+/// Lanes across a block's columns; the warp's other lanes take further rows.
+const CHUNKS: u32 = BIAS_GRAD_COLS / LANE_COLS;
+/// Rows a warp takes at a time, and rows a block takes in one pass of its warps.
+const ACROSS: u32 = WARP / CHUNKS;
+const PASS: u32 = ACROSS * BIAS_GRAD_WARPS;
+const _: () = assert!(WARP % CHUNKS == 0 && BIAS_GRAD_ROWS % PASS == 0 && BIAS_GRAD_COLS >= 8);
+
+/// Where column `t` of a group sits in a warp's row of sums in shared memory: each lane's first
+/// four columns in the row's first half, its last four in the second, so that a lane stores its
+/// sums as two 16-byte vectors and each store of the warp is one contiguous, conflict-free span.
+const fn spread(t: u32) -> u32 {
+    (t % LANE_COLS / 4) * (BIAS_GRAD_COLS / 2) + 4 * (t / LANE_COLS) + t % 4
+}
+
+/// This lane's sums of columns `c..c + 8` over its rows of the slice from row `slice`: in pass
+/// `j`, row `slice + j·PASS + 4·w + a` for lane `a·CHUNKS + chunk` of warp `w`, so that each
+/// load of a warp reads four whole rows of the group. Where the layout allows (`ld` a multiple
+/// of 8, `dy` 16-byte aligned) a row is one vector load, whose columns past `cols` are padding
+/// and never stored; the loads are predicated on the row, so every one is issued before the
+/// first add. Otherwise each column is a load of its own.
+fn lane_sums(p: &BiasGrad, c: u32, slice: u32) -> [f32; LANE_COLS as usize] {
+    const PASSES: usize = (BIAS_GRAD_ROWS / PASS) as usize;
+    let dy = p.dy as *const u16;
+    let mut sums = [0.0f32; LANE_COLS as usize];
+    let row = |j: u32| slice + j * PASS + ACROSS * warp_id() + lane() / CHUNKS;
+    if c >= p.cols || row(0) >= p.rows {
+        return sums;
+    }
+    if p.ld.is_multiple_of(LANE_COLS) && p.dy.is_multiple_of(16) {
+        let words: [[u32; 4]; PASSES] = core::array::from_fn(|j| {
+            let r = row(j as u32);
+            let at = dy.wrapping_add((r * p.ld + c) as usize) as *const u8;
+            ld_global_v4_if(at, r < p.rows)
+        });
+        for j in 0..PASSES {
+            for k in 0..4 {
+                let (lo, hi) = unpack_h2(words[j][k]);
+                sums[2 * k] += lo;
+                sums[2 * k + 1] += hi;
+            }
+        }
+    } else {
+        for j in 0..PASSES as u32 {
+            let r = row(j);
+            for k in 0..LANE_COLS as usize {
+                if r < p.rows && c + (k as u32) < p.cols {
+                    sums[k] += h2f(unsafe { *dy.add((r * p.ld + c) as usize + k) });
+                }
+            }
+        }
+    }
+    sums
 }
 
 /// SGD with momentum over the whole flat parameter buffer at once: `v = μ·v + g`,

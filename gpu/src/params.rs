@@ -71,6 +71,11 @@ pub struct BiasGrad {
     pub ld: u32,
     pub db: u64,
     pub sgd: crate::gemm::Sgd,
+    /// Each slice of rows' column sums (f32, slice-major), and the count of slices done for each
+    /// group of columns (`u32`, zero before the launch; the last slice sets it back to zero):
+    /// [`bias_grad_scratch`](crate::bias_grad_scratch) values each, 0 where it gives none.
+    pub partials: u64,
+    pub done: u64,
 }
 
 /// The parameters of `sgd_update`: one step of SGD with momentum over `n` parameters.

@@ -147,7 +147,7 @@ fn gathered_batches_match_cpu() {
             step: dptr(&ds, s),
             seed: dptr(&dk, s),
         };
-        host::mlp::model::gather_batch(&g, p).unwrap();
+        host::mlp::launchers::gather_batch(&g, p).unwrap();
         let (gx, gy) = (g.download(&xb).unwrap(), g.download(&yb).unwrap());
         for r in 0..rows {
             let src =
@@ -958,19 +958,25 @@ fn bias_gradients_match_cpu_column_sums() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut uniform =
         |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
-    // A few columns over many rows, one past a block's columns, several blocks; rows padded
-    // past the columns as the model lays them out. Each shape stores the gradient, then takes
-    // an SGD step by it.
+    // A few columns over many rows; one past a group of columns; a leading dimension that
+    // rules out vector loads; several slices of rows, the last partly filled; one row of many
+    // columns. Rows are padded past the columns as the model lays them out. Each shape stores
+    // the gradient, then takes an SGD step by it.
     for (rows, cols, ld) in [
         (512, 10, 16),
-        (19, 65, 65),
-        (300, 131, 136),
+        (19, 257, 264),
+        (600, 65, 65),
+        (1100, 131, 136),
+        (2048, 520, 520),
         (1, 4096, 4096),
     ] {
         let d: Vec<f16> = uniform(rows * ld).into_iter().map(f16::from_f32).collect();
         let (master, velocity) = (uniform(cols), uniform(cols));
         let (dd, db) = (g.upload(&d).unwrap(), g.zeros::<f16>(cols).unwrap());
         let (dm, dv) = (g.upload(&master).unwrap(), g.upload(&velocity).unwrap());
+        let (n_partials, n_done) = gpu::bias_grad_scratch(rows, cols);
+        let partials = g.zeros::<f32>(n_partials.max(1)).unwrap();
+        let done = g.zeros::<u32>(n_done.max(1)).unwrap();
         let s = &g.stream;
         let step = Sgd {
             master: dptr(&dm, s) as *mut f32,
@@ -986,11 +992,19 @@ fn bias_gradients_match_cpu_column_sums() {
                 ld: ld as u32,
                 db: dptr(&db, s),
                 sgd,
+                partials: dptr(&partials, s),
+                done: dptr(&done, s),
             };
-            host::mlp::model::bias_grad(&g, &g.stream, p).unwrap();
+            host::mlp::launchers::bias_grad(&g, &g.stream, p).unwrap();
             g.download(&db).unwrap()
         };
         let sums = launch(Sgd::NONE);
+        // The slices are added in one order, whichever block ends last.
+        assert_eq!(
+            launch(Sgd::NONE),
+            sums,
+            "{rows}×{cols} differs between calls"
+        );
         let stepped = launch(step);
         let (m1, v1) = (g.download(&dm).unwrap(), g.download(&dv).unwrap());
         for j in 0..cols {

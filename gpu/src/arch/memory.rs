@@ -14,6 +14,21 @@ pub fn ld_global_v4(p: *const u8) -> [u32; 4] {
     [r0, r1, r2, r3]
 }
 
+/// [`ld_global_v4`] where `load` holds, else zeros: a predicated load, so that several can be
+/// issued before the first is used without a branch between them.
+#[inline(always)]
+pub fn ld_global_v4_if(p: *const u8, load: bool) -> [u32; 4] {
+    let (mut r0, mut r1, mut r2, mut r3) = (0u32, 0u32, 0u32, 0u32);
+    unsafe {
+        asm!("{{", ".reg .pred %p;", "setp.ne.u32 %p, {c}, 0;",
+             "@%p ld.global.v4.u32 {{{r0}, {r1}, {r2}, {r3}}}, [{p}];", "}}",
+             r0 = inout(reg32) r0, r1 = inout(reg32) r1, r2 = inout(reg32) r2,
+             r3 = inout(reg32) r3, c = in(reg32) load as u32, p = in(reg64) p,
+             options(readonly, nostack));
+    }
+    [r0, r1, r2, r3]
+}
+
 /// 16-byte store to global memory (the address must be 16-byte aligned).
 #[inline(always)]
 pub fn st_global_v4(p: *mut u8, v: [u32; 4]) {

@@ -30,6 +30,10 @@ pub fn block_dim_x() -> u32 {
 pub fn grid_dim_x() -> u32 {
     unsafe { nvptx::_grid_dim_x() }
 }
+#[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    unsafe { nvptx::_grid_dim_y() }
+}
 /// Global x index of this thread.
 #[inline(always)]
 pub fn global_x() -> u32 {

@@ -41,6 +41,17 @@ pub fn cluster_attribute((x, y): (u32, u32)) -> sys::CUlaunchAttribute {
     )
 }
 
+/// The launch attribute that makes a launch a programmatic dependent launch: its blocks may be
+/// scheduled while the kernel before it on the stream finishes, and wait for it on the GPU
+/// (`griddepcontrol.wait`) instead of behind a launch. Only for kernels that wait before their
+/// first global memory access, on GPUs that have it (`Target::dependent_launches`).
+pub fn dependent_attribute() -> sys::CUlaunchAttribute {
+    attribute(
+        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        |v| v.programmaticStreamSerializationAllowed = 1,
+    )
+}
+
 impl Gpu {
     /// The driver's launch configuration for `cfg` on this GPU's stream, with `attrs` (which
     /// must outlive its use): what `cuLaunchKernelEx` and the occupancy queries take.
@@ -61,6 +72,26 @@ impl Gpu {
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len() as u32,
         }
+    }
+
+    /// Launches `f` on `stream` with its one parameter block `p`, as a dependent launch where
+    /// the GPU has them ([`dependent_attribute`]), else as a plain one.
+    ///
+    /// # Safety
+    /// As for any launch: `p` must be the kernel's parameter block and the buffers it names
+    /// must outlive the work. The kernel must wait for the grid before it
+    /// (`wait_for_prior_grids`) before its first global memory access.
+    pub unsafe fn launch_dependent<T: Copy>(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        cfg: LaunchConfig,
+        p: T,
+    ) -> Result<()> {
+        let mut dependent = [dependent_attribute()];
+        let n = usize::from(self.ptx.target().dependent_launches());
+        // SAFETY: the caller vouches for the parameter block and the kernel's wait.
+        unsafe { self.launch_ex(stream, f, cfg, &mut dependent[..n], &mut [arg(&p)]) }
     }
 
     /// Launches `f` on `stream` with driver launch attributes (`cuLaunchKernelEx`), which

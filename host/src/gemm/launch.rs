@@ -2,11 +2,11 @@
 //! the `wgmma` rungs' tensor maps; and the roof kernels.
 use super::problem::{Problem, SgdStep};
 use super::version::Version;
-use crate::cuda::{Gpu, PushKernelArg, arg, attribute, cluster_attribute};
+use crate::cuda::{Gpu, PushKernelArg, arg, cluster_attribute, dependent_attribute};
 use crate::kernels;
 use crate::tma;
 use anyhow::{Context, Result, bail, ensure};
-use cudarc::driver::sys::{CUfunction_attribute, CUlaunchAttributeID};
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig};
 use gpu::gemm::descriptor::{MAP_BYTES, TensorMaps, copy_engine_reaches};
 use gpu::gemm::{Accum, DIRECT_WARP, DIRECT_WARPS, RB_THREADS, RB_TILE, SMEM_TILE, TileConfig};
@@ -164,10 +164,7 @@ fn launch_sliced(
     // for it on the GPU (`griddepcontrol.wait`, before their first global access) instead of
     // behind a launch. That saves a fraction of a microsecond on the MLP shapes; grids larger
     // than one pass run slower so (`docs/gemm.md` has both measurements).
-    let mut dependent = [attribute(
-        CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        |v| v.programmaticStreamSerializationAllowed = 1,
-    )];
+    let mut dependent = [dependent_attribute()];
     let hopper = gpu.ptx.target().dependent_launches();
     let blocks = cfg.grid_dim.0 * cfg.grid_dim.1 * splits as u32;
     let one_pass = hopper && blocks <= gpu.sm_count();

@@ -6,7 +6,7 @@ use super::reference::{self, Check, EpilogueInputs, Weights};
 use super::shapes::{Epilogue, STEP, Shape};
 use crate::cuda::{Gpu, dptr};
 use crate::gemm::{Problem, Ptrs};
-use crate::mlp::model::sgd_update;
+use crate::mlp::launchers::sgd_update;
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use gpu::gemm::Accum;

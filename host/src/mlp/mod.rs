@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod data;
 mod engine;
 pub mod launched;
+pub mod launchers;
 pub mod layer;
 mod metrics;
 pub mod model;

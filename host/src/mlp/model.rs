@@ -1,16 +1,17 @@
 //! The MLP on the GPU: parameters in one flat buffer (fp32 master, fp16 copy, fp16 gradients,
 //! fp32 velocity), activations for a fixed number of rows, all allocated once.
+use super::launchers::{bias_grad, sgd_update, softmax_ce};
 use super::layer::{self, Product, stride};
 use super::params::param_layout;
 use super::shape::StepShape;
-use crate::cuda::{Arena, Buf, Gpu, ParamBlock, PushKernelArg, SideStream, grid_1d};
+use crate::cuda::{Arena, Buf, Gpu, SideStream, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
-use cudarc::driver::{CudaStream, LaunchConfig};
+use cudarc::driver::{CudaStream, PushKernelArg};
 use gpu::gemm::{Accum, Sgd};
-use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
-use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, SOFTMAX_ROWS, softmax_partials};
+use gpu::params::{BiasGrad, SgdUpdate, SoftmaxCe};
+use gpu::{bias_grad_scratch, softmax_partials};
 use half::f16;
 use std::ops::Range;
 
@@ -43,6 +44,9 @@ pub struct Mlp<'g> {
     beside: Beside,
     /// The loss's blocks' sums and the count of its blocks done (`SoftmaxCe::partials`).
     loss_partials: (Buf<f32>, Buf<u32>),
+    /// The hidden layers' bias gradients' slices and counts (`BiasGrad::partials`), one set
+    /// for all: they run one after another on the second stream.
+    bias_partials: (Buf<f32>, Buf<u32>),
 }
 
 /// A second stream and the split-K workspace of the GEMMs it runs.
@@ -135,52 +139,6 @@ fn plan_gemms(
     Ok((plans, ws_len))
 }
 
-/// Launches `gather_batch` with `p` on the GPU's stream: a thread per feature of the batch.
-pub fn gather_batch(gpu: &Gpu, p: GatherBatch) -> Result<()> {
-    let f = gpu.function(kernels::GATHER_BATCH)?;
-    let mut b = gpu.stream.launch_builder(&f);
-    let features = p.rows as usize * p.dim as usize;
-    let p = ParamBlock(p);
-    b.arg(&p);
-    // SAFETY: the kernel's one parameter is a `GatherBatch`; the caller's buffers outlive the
-    // queued work.
-    unsafe { b.launch(grid_1d(features, 256)) }?;
-    Ok(())
-}
-
-/// Launches `bias_grad` with `p` on `stream`: a layer's bias gradient, the column sums of its
-/// outputs' gradient, or the step they make.
-pub fn bias_grad(gpu: &Gpu, stream: &CudaStream, p: BiasGrad) -> Result<()> {
-    let f = gpu.function(kernels::BIAS_GRAD)?;
-    let mut b = stream.launch_builder(&f);
-    let cols = p.cols;
-    let p = ParamBlock(p);
-    b.arg(&p);
-    let cfg = LaunchConfig {
-        grid_dim: (cols.div_ceil(BIAS_GRAD_COLS), 1, 1),
-        block_dim: (32 * BIAS_GRAD_WARPS, 1, 1),
-        shared_mem_bytes: 4 * BIAS_GRAD_COLS * BIAS_GRAD_WARPS,
-    };
-    // SAFETY: the kernel's one parameter is a `BiasGrad`; the caller's buffers outlive the
-    // queued work.
-    unsafe { b.launch(cfg) }?;
-    Ok(())
-}
-
-/// Launches `sgd_update` with `p` on `stream`: one SGD step over `p.n` parameters from their
-/// fp16 gradients.
-pub fn sgd_update(gpu: &Gpu, stream: &CudaStream, p: SgdUpdate) -> Result<()> {
-    let f = gpu.function(kernels::SGD_UPDATE)?;
-    let mut b = stream.launch_builder(&f);
-    let n = p.n as usize;
-    let p = ParamBlock(p);
-    b.arg(&p);
-    // SAFETY: the kernel's one parameter is an `SgdUpdate`; the caller's buffers outlive the
-    // queued work.
-    unsafe { b.launch(grid_1d(n, 256)) }?;
-    Ok(())
-}
-
 impl<'g> Mlp<'g> {
     /// Carves from `arena` everything training steps of `step`'s rows and forward passes of up
     /// to `eval_rows` rows need; the parameters are set by [`Mlp::set_params`]. `config` forces
@@ -214,6 +172,10 @@ impl<'g> Mlp<'g> {
         }
         let (plans, ws_len) = plan_gemms(gpu, sizes, [step.rows, eval_rows], acc, config)?;
         let ws = arena.alloc(ws_len[0])?;
+        let bias_scratch = sizes[1..sizes.len() - 1]
+            .iter()
+            .map(|&w| bias_grad_scratch(rows, w))
+            .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
         Ok(Mlp {
             gpu,
             sizes: sizes.to_vec(),
@@ -238,6 +200,7 @@ impl<'g> Mlp<'g> {
                 arena.alloc(softmax_partials(rows, *sizes.last().unwrap()))?,
                 arena.alloc(1)?,
             ),
+            bias_partials: (arena.alloc(bias_scratch.0)?, arena.alloc(bias_scratch.1)?),
         })
     }
 
@@ -251,8 +214,9 @@ impl<'g> Mlp<'g> {
         );
         self.gpu.upload_to(self.w32, params)?;
         self.gpu.zero(self.vel)?;
-        // The loss's count of blocks done starts at zero; its last block resets it each call.
+        // The counts of blocks done start at zero; each call's last block resets its own.
         self.gpu.zero(self.loss_partials.1)?;
+        self.gpu.zero(self.bias_partials.1)?;
         let f = self.gpu.function(kernels::F32_TO_F16)?;
         let n = self.n_params as u32;
         let mut b = self.gpu.stream.launch_builder(&f);
@@ -502,6 +466,8 @@ impl<'g> Mlp<'g> {
             ld: stride(o) as u32,
             db,
             sgd,
+            partials: self.bias_partials.0.ptr,
+            done: self.bias_partials.1.ptr,
         }
     }
 
@@ -573,23 +539,4 @@ impl<'g> Mlp<'g> {
     pub fn params(&self) -> Result<Vec<f32>> {
         self.gpu.download_buf(self.w32)
     }
-}
-
-/// Launches `softmax_ce` with `p`: a block of [`SOFTMAX_ROWS`] threads for each as many rows,
-/// with 32 words of shared memory for its warps' sums and one for the last block's flag.
-fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
-    let f = gpu.function(kernels::SOFTMAX_CE)?;
-    let mut b = gpu.stream.launch_builder(&f);
-    let blocks = p.rows.div_ceil(SOFTMAX_ROWS).max(1);
-    let p = ParamBlock(p);
-    b.arg(&p);
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (SOFTMAX_ROWS, 1, 1),
-        shared_mem_bytes: (32 + 1) * 4,
-    };
-    // SAFETY: the kernel's one parameter is a `SoftmaxCe`; the caller's buffers outlive the
-    // queued work.
-    unsafe { b.launch(cfg) }?;
-    Ok(())
 }

@@ -4,9 +4,10 @@ use super::arena::{Buffers, Footprint, carve_run, ensure_parameters_fit};
 use super::checkpoint;
 use super::data::Dataset;
 use super::engine::{Choice, Engine, graph_steps};
+use super::launchers;
 use super::layer;
 use super::metrics::{Metrics, progress_bar};
-use super::model::{self, Mlp};
+use super::model::Mlp;
 use super::options::{Options, Parallel, validate};
 use super::params;
 use super::persistent::Persistent;
@@ -362,7 +363,7 @@ impl<'a> Trainer<'a> {
             step: b.step.ptr,
             seed: b.seed.ptr,
         };
-        model::gather_batch(self.gpu, p)
+        launchers::gather_batch(self.gpu, p)
     }
 
     /// Test loss and accuracy of the current weights; not a number on replicas but rank 0's
