@@ -10,9 +10,10 @@ use crate::{BIAS_GRAD_COLS, BIAS_GRAD_ROWS, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMA
 
 /// The start of the kernels launched as dependent launches on sm_90 (the gather, the softmax
 /// cross-entropy, the bias gradients): wait for the grid before, then let the kernel after be
-/// scheduled at once. Nothing is read before the wait, so a dependent that starts early sees
-/// every write of the grids before this one; the grids are small, so the next kernel's blocks
-/// wait beside them rather than in their way.
+/// scheduled at once. This kernel is safe because it reads nothing before its wait; the kernel
+/// after, because it waits in turn, and this grid ends only after the grids before it. Its
+/// blocks are scheduled only once every block of this grid has started, so they wait beside
+/// this grid rather than in its way.
 #[inline(always)]
 fn depend_on_prior_grids() {
     wait_for_prior_grids();
@@ -345,7 +346,9 @@ const CHUNKS: u32 = BIAS_GRAD_COLS / LANE_COLS;
 /// Rows a warp takes at a time, and rows a block takes in one pass of its warps.
 const ACROSS: u32 = WARP / CHUNKS;
 const PASS: u32 = ACROSS * BIAS_GRAD_WARPS;
-const _: () = assert!(WARP % CHUNKS == 0 && BIAS_GRAD_ROWS % PASS == 0 && BIAS_GRAD_COLS >= 8);
+const _: () = assert!(
+    WARP.is_multiple_of(CHUNKS) && BIAS_GRAD_ROWS.is_multiple_of(PASS) && BIAS_GRAD_COLS >= 8
+);
 
 /// Where column `t` of a group sits in a warp's row of sums in shared memory: each lane's first
 /// four columns in the row's first half, its last four in the second, so that a lane stores its

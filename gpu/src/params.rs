@@ -60,8 +60,8 @@ pub struct SoftmaxCe {
 }
 
 /// The parameters of `bias_grad`: the column sums of `rows × cols` fp16 `dy` (leading dimension
-/// `ld`) into `db`, fp16; or with `sgd` the step they are the gradient of, `db` then being the
-/// bias's fp16 copy.
+/// `ld` ≥ `cols`, `rows × ld` elements: the padding of every row is read) into `db`, fp16; or
+/// with `sgd` the step they are the gradient of, `db` then being the bias's fp16 copy.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct BiasGrad {
@@ -72,8 +72,9 @@ pub struct BiasGrad {
     pub db: u64,
     pub sgd: crate::gemm::Sgd,
     /// Each slice of rows' column sums (f32, slice-major), and the count of slices done for each
-    /// group of columns (`u32`, zero before the launch; the last slice sets it back to zero):
-    /// [`bias_grad_scratch`](crate::bias_grad_scratch) values each, 0 where it gives none.
+    /// group of columns (`u32`, zero before the launch; the group's last block to finish sets
+    /// it back to zero): [`bias_grad_scratch`](crate::bias_grad_scratch) values each, 0 where it
+    /// gives none.
     pub partials: u64,
     pub done: u64,
 }

@@ -28,6 +28,11 @@ pub fn gather_batch(gpu: &Gpu, p: GatherBatch) -> Result<()> {
 pub fn bias_grad(gpu: &Gpu, stream: &CudaStream, p: BiasGrad) -> Result<()> {
     let (rows, cols) = (p.rows as usize, p.cols as usize);
     ensure!(
+        p.ld >= p.cols,
+        "a bias gradient's rows of {cols} columns cannot be {} apart",
+        p.ld
+    );
+    ensure!(
         bias_grad_scratch(rows, cols).0 == 0 || (p.partials != 0 && p.done != 0),
         "the bias gradient of {rows} rows needs its scratch"
     );
