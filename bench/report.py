@@ -10,7 +10,8 @@ plots and tqdm the progress bar where they are there (`pip install -r bench/requ
 
 Runs the GEMM table, MNIST (loss curves and the modes at hidden 128, ours in fp16 and fp32
 accumulation, PyTorch's modes including the torch.compile max-autotune one, and JAX's scan;
-widths 128…8192; deeper models; the architecture matrix: older GPUs' paths emulated with --ptx
+widths 128…8192; deeper models; the layered step alone at batch 128, 512 and 2048 against JAX's
+scan at the same batch; the architecture matrix: older GPUs' paths emulated with --ptx
 and --max-smem-kb; init study; and scaling over GPUs against PyTorch DDP where there are
 several GPUs), the regression sweep, Iris, cold and warm start (bench/cold_start.sh), and the
 memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots (bench/plot.py) and
@@ -26,7 +27,8 @@ already there are kept (a report cut short by a time limit is finished by runnin
 each step takes less than 10 minutes, so two commands of 10 minutes finish it, the second with
 --resume). Takes about 13 to 15 minutes on an H100 or H200: the GEMM table, the width sweep
 (about 4 minutes), the MNIST step (about 3, most of it torch.compile's autotuning) and the deeper
-models (about 2) take most of it.
+models (about 2) take most of it; the layered step's eight runs and JAX's at three batches add a
+few minutes.
 """
 import argparse, csv, datetime, re, shlex, shutil, site, subprocess, sys, sysconfig, time
 from pathlib import Path
@@ -264,13 +266,13 @@ def fastest_pytorch_mode():
     return min(t, key=lambda m: statistics.median(t[m])) if t else "epoch"
 
 
-def framework_rows(system, mode, cmd, tmp, timeout, models):
+def framework_rows(system, mode, cmd, tmp, timeout, models, log="depth.log"):
     """The per-epoch rows (system, mode, model, engine, epoch, seconds, accuracy, skipped) of a
-    baseline run of these models that writes mnist_mlp.py's CSV to tmp, or (if it failed) one
-    row per model saying why."""
+    baseline run of these models that writes mnist_mlp.py's CSV to tmp (its output in log), or
+    (if it failed) one row per model saying why."""
     tmp.unlink(missing_ok=True)
     try:
-        rc, text = run_logged(cmd, "depth.log", timeout=timeout)
+        rc, text = run_logged(cmd, log, timeout=timeout)
         why = why_failed(text, rc) if rc != 0 or not tmp.exists() else ""
     except subprocess.TimeoutExpired:
         why = f"timed out after {timeout} s"
@@ -306,6 +308,40 @@ def step_depth():
     with open(out / "depth.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["system", "mode", "model", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
+        w.writerows(rows)
+
+
+# The layered step alone: `--layered` even where the persistent kernel would run, so that what
+# is measured is the floor itself, against JAX's scan at the same batch.
+LAYERED_ROWS = [("1024,1024", 128), ("256,256,256", 128), ("512,512,512,512", 128), ("128", 128),
+                ("8192", 128), ("4096", 128), ("4096", 512), ("4096", 2048)]
+LAYERED_EPOCHS = 5
+
+
+def step_layered():
+    """Ours with `--layered` at each (model, batch) of LAYERED_ROWS, and JAX's scan at each
+    unroll at the same batch; a run that fails is a row that says why."""
+    fresh("layered.log")
+    rows = []
+    for hidden, batch in LAYERED_ROWS:
+        model = "784-" + hidden.replace(",", "-") + "-10"
+        r = ours_run(["--layered", "--hidden", hidden, "--batch", str(batch), "--epochs", str(LAYERED_EPOCHS)],
+                     "layered.log")
+        if isinstance(r, str):
+            rows.append(["ours", "", model, batch, "", "", "", "", r])
+            continue
+        header, epochs = r
+        rows += [["ours", "", model, batch, engine_of(header), e, sec, acc, ""] for e, sec, acc in epochs]
+    if have_jax():
+        for batch in dict.fromkeys(b for _, b in LAYERED_ROWS):
+            models = [h for h, b in LAYERED_ROWS if b == batch]
+            cmd = [py, "bench/jax/mnist_scan.py", "--hidden", *models, "--batch", str(batch), "--unroll", JAX_UNROLLS,
+                   "--epochs", str(LAYERED_EPOCHS), "--csv", out / "jax.tmp"]
+            rows += [r[:3] + [batch] + r[3:]
+                     for r in framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models, "layered.log")]
+    with open(out / "layered.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["system", "mode", "model", "batch", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
         w.writerows(rows)
 
 
@@ -420,7 +456,7 @@ def memory_from_log(name):
 # Each step, and the file whose presence means --resume keeps it (None: always run).
 steps = [("info", step_info, "info.txt"), ("GEMM table", step_gemm, "gemm.csv"),
          ("MNIST curves", step_mnist, "pytorch_mnist.csv"), ("MNIST widths", step_widths, "mnist_widths.csv"),
-         ("deeper models", step_depth, "depth.csv"),
+         ("deeper models", step_depth, "depth.csv"), ("layered step", step_layered, "layered.csv"),
          ("architecture matrix", step_arch_matrix, "arch_matrix.csv"), ("scaling", step_scaling, "scaling.log"),
          ("regression sweep", step_regression, "regression_torch.csv"), ("Iris", step_iris, "pytorch_iris.csv"),
          ("cold start", step_cold_start, "cold_start.csv"), ("init study", step_init, "init.csv"),
