@@ -138,15 +138,23 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
             *partials.add(2 * block_x() as usize + 1) = c_total;
         }
     }
-    let last = unsafe { dynamic_shared::<u32>().add(WARP as usize) };
-    sync_threads();
-    if thread_x() == 0 {
-        unsafe { *last = (arrive_counted(p.done as *mut u32) == blocks - 1) as u32 };
-    }
-    sync_threads();
-    if unsafe { *last } != 0 {
+    let flag = unsafe { dynamic_shared::<u32>().add(WARP as usize) };
+    if last_to_arrive(p.done as *mut u32, blocks, flag) {
         totals(&p, blocks, grads);
     }
+}
+
+/// Whether this block is the last of `blocks` to arrive at `counter`, once every thread of the
+/// block has written its part: then it sees every other block's writes. Thread 0 arrives and
+/// tells the block through `flag` (a word of shared memory). Contains barriers, so every thread
+/// of the block must call it.
+fn last_to_arrive(counter: *mut u32, blocks: u32, flag: *mut u32) -> bool {
+    sync_threads();
+    if thread_x() == 0 {
+        unsafe { *flag = (arrive_counted(counter) == blocks - 1) as u32 };
+    }
+    sync_threads();
+    unsafe { *flag != 0 }
 }
 
 /// Row `r`'s loss and whether its arg-max is its label (0 past the last row), and with a
@@ -312,16 +320,11 @@ pub unsafe extern "ptx-kernel" fn bias_grad(p: BiasGrad) {
     if mine {
         unsafe { *partials.add((block_y() * cols + c) as usize) = sum };
     }
-    let (last, done) = unsafe {
+    let (flag, done) = unsafe {
         let flag = partial.add((BIAS_GRAD_WARPS * BIAS_GRAD_COLS) as usize) as *mut u32;
         (flag, (p.done as *mut u32).add(block_x() as usize))
     };
-    sync_threads();
-    if t == 0 {
-        unsafe { *last = (arrive_counted(done) == slices - 1) as u32 };
-    }
-    sync_threads();
-    if unsafe { *last } == 0 {
+    if !last_to_arrive(done, slices, flag) {
         return;
     }
     if mine {
