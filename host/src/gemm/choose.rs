@@ -6,16 +6,34 @@ use crate::cuda::Gpu;
 use anyhow::Result;
 use gpu::gemm::{Accum, TILE_CONFIGS, TileConfig};
 
-/// How many K slices to give an output too small to fill the GPU: enough blocks for about two
-/// per SM, each slice at least 2 K steps deep, at most 32 slices.
-pub fn choose_split(gpu: &Gpu, c: &TileConfig, m: usize, n: usize, k: usize) -> Result<usize> {
+/// The deepest product without an SGD step that runs in one K slice: eight K steps of 64.
+/// Splitting it would save fewer steps than the reduction's launch costs (about 2.5 µs
+/// alone), which made 784-256-256-256-10 and 784-512-512-512-512-10 at batch 128 3–4% slower
+/// an epoch (`docs/gemm.md`, "Split-K").
+pub const UNSPLIT_MAX_K: usize = 512;
+
+/// How many K slices to give an M×N×K product on row `c`: [`split_for`] on this GPU's SMs.
+pub fn choose_split(gpu: &Gpu, c: &TileConfig, mnk: (usize, usize, usize), usage: Usage) -> usize {
+    split_for(gpu.sm_count() as usize, c, mnk, usage)
+}
+
+/// How many K slices to give an M×N×K product on row `c` with `sms` SMs: one where its tiles
+/// give more than half the SMs a block, or where it takes no SGD step and K is at most
+/// [`UNSPLIT_MAX_K`]; else enough for about two blocks per SM, each slice at least 2 K steps
+/// deep, at most 32. A stepping product keeps its split at any depth: the reduction then takes
+/// the step, spreading its 18 bytes an element over the whole GPU.
+pub fn split_for(
+    sms: usize,
+    c: &TileConfig,
+    (m, n, k): (usize, usize, usize),
+    usage: Usage,
+) -> usize {
     let tiles = c.tiles(m, n);
-    let sms = gpu.sm_count() as usize;
-    Ok(if 2 * tiles > sms {
+    if 2 * tiles > sms || (!usage.steps && k <= UNSPLIT_MAX_K) {
         1
     } else {
         (2 * sms / tiles).min(k / (2 * c.block.2)).clamp(1, 32)
-    })
+    }
 }
 
 /// The smallest tile a GEMM beside another kernel takes where smaller ones would give more
@@ -134,5 +152,52 @@ pub fn choose_version(
         return Ok((Version::Direct, 1));
     }
     let c = choose_config(gpu, (m, n, k), usage)?;
-    Ok((Version::Tensor(c, acc), choose_split(gpu, c, m, n, k)?))
+    Ok((
+        Version::Tensor(c, acc),
+        choose_split(gpu, c, (m, n, k), usage),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str) -> &'static TileConfig {
+        TILE_CONFIGS.iter().find(|c| c.name == name).unwrap()
+    }
+
+    const H200_SMS: usize = 132;
+
+    #[test]
+    fn a_split_gives_small_outputs_two_blocks_an_sm() {
+        let c = row("tc80_32x32x64_16x16_s3");
+        let plain = Usage::default();
+        // The logits, 128×10 over K = 4096: 4 tiles, 32 slices at most.
+        assert_eq!(split_for(H200_SMS, c, (128, 10, 4096), plain), 32);
+        // The first layer of 784-256-…: 32 tiles, 8 slices of 128 (≥ 2 K steps of 64 each)
+        // hold only 6 slices of the 784.
+        assert_eq!(split_for(H200_SMS, c, (128, 256, 784), plain), 6);
+        // Enough tiles for every SM: no split.
+        assert_eq!(split_for(H200_SMS, c, (2048, 4096, 784), plain), 1);
+    }
+
+    #[test]
+    fn shallow_products_run_unsplit_unless_they_step() {
+        let c = row("tc80_32x32x64_16x16_s3");
+        let plain = Usage::default();
+        let steps = Usage {
+            steps: true,
+            ..plain
+        };
+        for k in [128, 256, UNSPLIT_MAX_K] {
+            assert_eq!(split_for(H200_SMS, c, (128, 512, k), plain), 1, "K = {k}");
+        }
+        assert_eq!(
+            split_for(H200_SMS, c, (128, 512, UNSPLIT_MAX_K + 64), plain),
+            4
+        );
+        // dW2 of 784-4096-10 at batch 512: 10×4096 over K = 512, stepping, keeps its split.
+        let c = row("tc80_64x64x64_32x32_s3");
+        assert_eq!(split_for(H200_SMS, c, (10, 4096, 512), steps), 4);
+    }
 }

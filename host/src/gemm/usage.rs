@@ -1,6 +1,12 @@
 //! How a GEMM runs, besides its dimensions: what the host's choice of a row depends on.
 use gpu::gemm::{SGD_DEEP, TileConfig};
 
+/// The depth from which a stepping product may take any `mma.sync` row: there the mainloop,
+/// not the step's 18 bytes an element, sets the pace, and the larger tiles of the shallow
+/// epilogue win (784-4096-10's first-layer gradient: 6% faster an epoch at batch 2048, 5%
+/// slower at batch 512, `docs/gemm.md`).
+pub const SHALLOW_STEP_MIN_K: usize = 1024;
+
 /// How a GEMM runs, besides its dimensions, where that changes the configuration the host
 /// picks for it (`choose_config`).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -27,12 +33,41 @@ impl Usage {
     /// Whether row `c` may run a product of this usage and depth `k`, for the general choice
     /// and a GPU's preference alike: a `wgmma` row needs operands the copy engine reads, takes
     /// no SGD step and a K of at least its slice; an `mma.sync` row that steps keeps
-    /// [`SGD_DEEP`] quads of the step in flight (`docs/gemm.md`).
+    /// [`SGD_DEEP`] quads of the step in flight, unless K is at least [`SHALLOW_STEP_MIN_K`]
+    /// (`docs/gemm.md`).
     pub fn admits(&self, c: &TileConfig, k: usize) -> bool {
         if c.is_wgmma() {
             self.copy_engine && !self.steps && c.block.2 <= k
         } else {
-            !self.steps || c.sgd_quads_in_flight() == SGD_DEEP
+            !self.steps || c.sgd_quads_in_flight() == SGD_DEEP || k >= SHALLOW_STEP_MIN_K
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::gemm::TILE_CONFIGS;
+
+    #[test]
+    fn a_stepping_product_takes_shallow_rows_only_when_deep() {
+        let steps = Usage {
+            steps: true,
+            ..Usage::default()
+        };
+        let shallow = TILE_CONFIGS
+            .iter()
+            .find(|c| !c.is_wgmma() && c.sgd_quads_in_flight() != SGD_DEEP)
+            .unwrap();
+        let deep = TILE_CONFIGS
+            .iter()
+            .find(|c| !c.is_wgmma() && c.sgd_quads_in_flight() == SGD_DEEP)
+            .unwrap();
+        assert!(!steps.admits(shallow, 512));
+        assert!(steps.admits(shallow, SHALLOW_STEP_MIN_K));
+        assert!(steps.admits(deep, 128));
+        assert!(Usage::default().admits(shallow, 128));
+        let wgmma = TILE_CONFIGS.iter().find(|c| c.is_wgmma()).unwrap();
+        assert!(!steps.admits(wgmma, 4096));
     }
 }
