@@ -64,6 +64,14 @@ pub const fn bias_grad_scratch(rows: usize, cols: usize) -> (usize, usize) {
 /// Rows of the softmax cross-entropy each block of `softmax_ce` takes, a thread a row.
 pub const SOFTMAX_ROWS: u32 = 256;
 
+/// The most classes `softmax_ce` takes: it keeps a row's logits and gradient in registers.
+pub const SOFTMAX_MAX_CLASSES: usize = 16;
+
+/// Dynamic shared memory of a `softmax_ce` block: each warp's sums (the loss, the count and a
+/// gradient column for each class), and the last block's flag.
+pub const SOFTMAX_SHARED_BYTES: u32 =
+    4 * ((SOFTMAX_ROWS / 32) * (2 + SOFTMAX_MAX_CLASSES as u32) + 1);
+
 /// Values of `SoftmaxCe::partials` for `rows` rows of `classes` classes: a loss and a count,
 /// and the column sums, for each block of [`SOFTMAX_ROWS`] rows.
 pub const fn softmax_partials(rows: usize, classes: usize) -> usize {
@@ -109,6 +117,8 @@ mod mlp;
 mod regression;
 #[cfg(target_arch = "nvptx64")]
 mod smoke;
+#[cfg(target_arch = "nvptx64")]
+mod softmax;
 
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]

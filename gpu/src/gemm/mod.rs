@@ -400,7 +400,20 @@ impl Sgd {
     #[cfg(target_arch = "nvptx64")]
     #[inline(always)]
     pub fn step(&self, k: usize, g: f32) -> u16 {
-        let (w, v) = unsafe { (*self.master.add(k), *self.velocity.add(k)) };
+        self.step_from(k, g, self.state(k))
+    }
+
+    /// Element `k`'s master weight and velocity, loaded ahead of its step.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn state(&self, k: usize) -> (f32, f32) {
+        unsafe { (*self.master.add(k), *self.velocity.add(k)) }
+    }
+
+    /// [`Sgd::step`] from element `k`'s `state` as [`Sgd::state`] loaded it.
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub fn step_from(&self, k: usize, g: f32, (w, v): (f32, f32)) -> u16 {
         let (w, v) = self.apply(w, v, g);
         unsafe {
             *self.velocity.add(k) = v;

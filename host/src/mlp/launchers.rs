@@ -6,7 +6,7 @@ use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
-use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMAX_ROWS};
+use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMAX_ROWS, SOFTMAX_SHARED_BYTES};
 use gpu::{bias_grad_grid, bias_grad_scratch};
 
 /// Launches `gather_batch` with `p` on the GPU's stream: a warp per row of the batch.
@@ -63,14 +63,14 @@ pub fn sgd_update(gpu: &Gpu, stream: &CudaStream, p: SgdUpdate) -> Result<()> {
 }
 
 /// Launches `softmax_ce` with `p`: a block of [`SOFTMAX_ROWS`] threads for each as many rows,
-/// with 32 words of shared memory for its warps' sums and one for the last block's flag.
+/// with the shared memory its warps' sums and the last block's flag take.
 pub fn softmax_ce(gpu: &Gpu, p: SoftmaxCe) -> Result<()> {
     let f = gpu.function(kernels::SOFTMAX_CE)?;
     let blocks = p.rows.div_ceil(SOFTMAX_ROWS).max(1);
     let cfg = LaunchConfig {
         grid_dim: (blocks, 1, 1),
         block_dim: (SOFTMAX_ROWS, 1, 1),
-        shared_mem_bytes: (32 + 1) * 4,
+        shared_mem_bytes: SOFTMAX_SHARED_BYTES,
     };
     // SAFETY: the kernel's one parameter is a `SoftmaxCe`, and it waits for the grid before it
     // first; the caller's buffers outlive the queued work.

@@ -11,7 +11,7 @@ use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, PushKernelArg};
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, SgdUpdate, SoftmaxCe};
-use gpu::{bias_grad_scratch, softmax_partials};
+use gpu::{SOFTMAX_MAX_CLASSES, bias_grad_scratch, softmax_partials};
 use half::f16;
 use std::ops::Range;
 
@@ -156,6 +156,11 @@ impl<'g> Mlp<'g> {
         ensure!(
             sizes.len() >= 2 && sizes.iter().all(|&s| s > 0),
             "layer widths must be positive"
+        );
+        let classes = *sizes.last().unwrap();
+        ensure!(
+            classes <= SOFTMAX_MAX_CLASSES,
+            "{classes} classes: the softmax takes at most {SOFTMAX_MAX_CLASSES}"
         );
         let rows = step.rows.max(eval_rows);
         let (offsets, n_params) = param_layout(sizes);
