@@ -71,7 +71,7 @@ fn sm75_ptx_trains_mnist_on_the_persistent_kernel() {
     let newer = |v: &Version| v.min_sm() > 75;
     assert!(!Version::all_for(&g).iter().any(newer));
     assert_eq!(
-        gemm::choose_config(&g, (128, 128, 784), Usage::default())
+        gemm::choose_config(&g, (128, 128, 784), Usage::default(), Accum::F16)
             .unwrap()
             .min_sm(),
         75
@@ -211,7 +211,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         );
     }
     for (m, n, k) in [(4096, 4096, 4096), (128, 128, 784), (128, 784, 128)] {
-        let c = gemm::choose_config(&g, (m, n, k), Usage::default()).unwrap();
+        let c = gemm::choose_config(&g, (m, n, k), Usage::default(), Accum::F16).unwrap();
         assert!(
             c.smem_bytes() <= KIB_64 && c.min_sm() == 80,
             "{m}×{n}×{k}: {}",
@@ -223,7 +223,7 @@ fn smem_cap_refuses_gemm_configs_that_need_more() {
         ..g.options.clone()
     };
     let full = Gpu::with_options(0, &uncapped).unwrap();
-    let c = gemm::choose_config(&full, (4096, 4096, 4096), Usage::default()).unwrap();
+    let c = gemm::choose_config(&full, (4096, 4096, 4096), Usage::default(), Accum::F16).unwrap();
     assert!(c.smem_bytes() > KIB_64, "uncapped, 4096³ takes {}", c.name);
 }
 

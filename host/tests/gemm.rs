@@ -46,16 +46,18 @@ fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
 /// and checks every element. Where `p` has the ReLU, a bias and a random gate (half of it not
 /// positive) go with it.
 fn check_one(g: &Gpu, v: Version, p: &Problem, rng: &mut StdRng) {
-    check_at(g, v, p, rng, None);
+    check_at(g, v, p, rng, None, p.relu);
 }
 
-/// [`check_one`], checking only the elements at `samples` where given.
+/// [`check_one`], checking only the elements at `samples` where given, and with the ReLU a
+/// random gate only where `gated`.
 fn check_at(
     g: &Gpu,
     v: Version,
     p: &Problem,
     rng: &mut StdRng,
     samples: Option<&[(usize, usize)]>,
+    gated: bool,
 ) {
     let a = random(p.a_len(), rng);
     let b = random(p.b_len(), rng);
@@ -81,14 +83,14 @@ fn check_at(
         b: dptr(&db, s),
         c: dptr(&dc, s),
         bias: if full { dptr(&dbias, s) } else { 0 },
-        gate: if full { dptr(&dgate, s) } else { 0 },
+        gate: if full && gated { dptr(&dgate, s) } else { 0 },
         ws: dptr(&ws, s),
         ..Ptrs::default()
     };
     let inputs = EpilogueInputs {
         c_old: &c0,
         bias: full.then_some(&bias[..]),
-        gate: full.then_some(&gate[..]),
+        gate: (full && gated).then_some(&gate[..]),
     };
     p.validate(a.len(), b.len(), c0.len(), Some(bias.len()))
         .unwrap();
@@ -146,6 +148,12 @@ fn epilogues_and_padded_leading_dimensions() {
             let mut p = Problem::new(256, 256, 64, layout);
             p.beta = 1.0;
             check_one(&g, v, &as_read_by(v, p), &mut rng);
+            // bias and ReLU without a gate, as a forward layer's: the `wgmma` rungs apply them
+            // as they stage C for the copy engine; tiles past M and N
+            let mut p = Problem::new(200, 136, 200, layout);
+            p.relu = true;
+            p.alpha = 0.5;
+            check_at(&g, v, &as_read_by(v, p), &mut rng, None, false);
             // leading dimensions wider than the rows, odd ones included (the wgmma rungs' A and
             // B rounded up to whole 16-byte rows)
             let mut p = Problem::new(50, 70, 90, layout);
@@ -384,7 +392,7 @@ fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
                 .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
                 .collect();
             let p = as_read_by(v, Problem::new(m, n, 136, layout));
-            check_at(&g, v, &p, &mut rng, Some(&samples));
+            check_at(&g, v, &p, &mut rng, Some(&samples), p.relu);
         }
         let p = Problem::new(64, 64, 100, Layout::NN);
         let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
@@ -462,7 +470,7 @@ fn gemms_beside_another_kernel_take_small_tiles_on_half_the_sms_at_most() {
             beside,
             ..Usage::default()
         };
-        let c = gemm::choose_config(&g, shape, usage).unwrap();
+        let c = gemm::choose_config(&g, shape, usage, Accum::F16).unwrap();
         c.block.0 * c.block.1
     };
     // 32×32 tiles for half the SMs, and for one more.
@@ -478,9 +486,10 @@ fn gemms_beside_another_kernel_take_small_tiles_on_half_the_sms_at_most() {
     assert!(area(shape, true) >= 64 * 64, "{shape:?}");
 }
 
-/// On sm_90a PTX a product the copy engine can read, without a step, takes the largest `wgmma`
-/// tile whose blocks leave at most an eighth of the SMs without one; a product that steps, whose
-/// operands the copy engine cannot read, or which no `wgmma` tile fills, an `mma.sync` one.
+/// On sm_90a PTX a product the copy engine can read, without a step, takes among the `wgmma`
+/// tiles whose blocks leave at most an eighth of the SMs without one those of which two blocks
+/// fit an SM, then the largest; a product that steps, whose operands the copy engine cannot
+/// read, or which no `wgmma` tile fills, an `mma.sync` one.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn products_the_copy_engine_reads_take_wgmma_tiles_on_sm_90a() {
@@ -490,12 +499,14 @@ fn products_the_copy_engine_reads_take_wgmma_tiles_on_sm_90a() {
         .iter()
         .any(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()));
     let readable = Usage::aligned(784, 784);
-    let chosen = |shape, usage| gemm::choose_config(&g, shape, usage).unwrap();
+    let chosen = |shape, usage| gemm::choose_config(&g, shape, usage, Accum::F16).unwrap();
     // 128×64 tiles for every SM; 64×64 ones for every SM; 64×64 ones for 3/4 of them.
     for (shape, block) in [
         ((128, 64 * sms, 784), Some((128, 64))),
         ((128, 32 * sms, 784), Some((64, 64))),
         ((64, 48 * sms, 784), None),
+        // 256×128 tiles fill the GPU too, one block an SM; 128×128 ones of three stages, two.
+        ((2048, 4096, 784), Some((128, 128))),
     ] {
         let c = chosen(shape, readable);
         let want = block.filter(|_| wgmma_in_ptx);
@@ -534,11 +545,12 @@ fn stepping_gemms_take_tiles_with_the_deep_epilogue() {
         (10, 8192, 128),
         (128, 784, 128),
     ] {
-        let c = gemm::choose_config(&g, shape, steps).unwrap();
+        let c = gemm::choose_config(&g, shape, steps, Accum::F16).unwrap();
         assert_eq!(c.sgd_quads_in_flight(), SGD_DEEP, "{shape:?}: {}", c.name);
     }
     if g.ptx.sm >= 80 {
-        let plain = gemm::choose_config(&g, (8192, 784, 128), Usage::default()).unwrap();
+        let plain =
+            gemm::choose_config(&g, (8192, 784, 128), Usage::default(), Accum::F16).unwrap();
         assert_eq!(plain.sgd_quads_in_flight(), SGD_SHALLOW, "{}", plain.name);
     }
 }
@@ -558,7 +570,7 @@ fn automatic_choice_fits_the_k_slice_to_k() {
             .collect()
     };
     for k in [10, 40, 784] {
-        let c = gemm::choose_config(&g, (128, 128, k), Usage::default()).unwrap();
+        let c = gemm::choose_config(&g, (128, 128, k), Usage::default(), Accum::F16).unwrap();
         let depths = depths(c);
         let fitting = depths.iter().copied().filter(|&bk| bk <= k).max();
         let want = fitting.unwrap_or_else(|| *depths.iter().min().unwrap());
@@ -571,7 +583,7 @@ fn automatic_choice_fits_the_k_slice_to_k() {
     // One 64×64 tile per SM (sm_80 and later PTX has rows of it 32 and 64 deep).
     let rows = 64 * g.sm_count() as usize;
     for k in [10, 40, 784] {
-        let c = gemm::choose_config(&g, (rows, 64, k), Usage::default()).unwrap();
+        let c = gemm::choose_config(&g, (rows, 64, k), Usage::default(), Accum::F16).unwrap();
         let depths = depths(c);
         let shallowest = *depths.iter().min().unwrap();
         assert!(

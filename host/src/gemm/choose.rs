@@ -4,7 +4,8 @@ use super::usage::Usage;
 use super::version::Version;
 use crate::cuda::Gpu;
 use anyhow::Result;
-use gpu::gemm::{Accum, TILE_CONFIGS, TileConfig};
+use cudarc::driver::sys::CUfunction_attribute;
+use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 
 /// The deepest product without an SGD step that runs in one K slice: eight K steps of 64.
 /// Splitting it would save fewer steps than the reduction's launch costs (about 2.5 µs
@@ -59,19 +60,20 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
 /// `usage.copy_engine`, without a step: on sm_90a PTX a `wgmma` configuration where one fits
-/// the product (the largest tile that leaves at most an eighth of the SMs without a block),
-/// before any `mma.sync` one.
+/// the product ([`choose_wgmma`]; `acc` because the accumulators' registers decide how many
+/// blocks an SM holds), before any `mma.sync` one.
 pub fn choose_config(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),
     usage: Usage,
+    acc: Accum,
 ) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
     if let Some(c) = preferred((gpu.sm, gpu.ptx.target(), smem), (m, n, k), usage) {
         return Ok(c);
     }
-    if let Some(c) = choose_wgmma(gpu, (m, n, k), usage) {
+    if let Some(c) = choose_wgmma(gpu, (m, n, k), usage, acc)? {
         return Ok(c);
     }
     let mma_sync = || {
@@ -114,24 +116,49 @@ pub fn choose_config(
 }
 
 /// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
-/// fills a K step of 64: the largest tile whose blocks leave at most an eighth of the SMs
-/// without one. A warpgroup block computes its tile several times as fast as `mma.sync`
-/// blocks on the same SM, so its tiles need not give every SM a block as `mma.sync` ones do
-/// (measured in `docs/gemm.md`, "64-wide warpgroup tiles"). Among equal tiles, the last row of
-/// the table.
+/// fills a K step of 64: among the tiles whose blocks leave at most an eighth of the SMs
+/// without one, those of which two blocks fit an SM at once ([`two_an_sm`]), then the largest.
+/// A warpgroup block computes its tile several times as fast as `mma.sync` blocks on the same
+/// SM, so its tiles need not give every SM a block as `mma.sync` ones do (measured in
+/// `docs/gemm.md`, "64-wide warpgroup tiles"). Two blocks an SM overlap one's fill and
+/// epilogue with the other's mainloop, which at a short K is much of a tile's time
+/// (`mlp4096b2048.fwd1`, K = 784: 38.4 µs on 128×128 tiles, 42.1 on the 256×128 ones of one
+/// block an SM). Among equal tiles, the last row of the table.
 fn choose_wgmma(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),
     usage: Usage,
-) -> Option<&'static TileConfig> {
+    acc: Accum,
+) -> Result<Option<&'static TileConfig>> {
     let sms = gpu.sm_count() as usize;
     let target = gpu.ptx.target();
-    TILE_CONFIGS
+    let mut best = None;
+    for c in TILE_CONFIGS
         .iter()
         .filter(|c| c.is_wgmma() && c.in_ptx(target))
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && usage.admits(c, k))
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
-        .max_by_key(|c| c.block.0 * c.block.1)
+    {
+        let key = (two_an_sm(gpu, c, acc)?, c.block.0 * c.block.1);
+        if best.is_none_or(|(b, _)| key >= b) {
+            best = Some((key, c));
+        }
+    }
+    Ok(best.map(|(_, c)| c))
+}
+
+/// Whether two blocks of row `c`'s kernel accumulating in `acc` are resident on an SM at once,
+/// as the driver's occupancy calculator says for its `nt` kernel (the layouts differ only in
+/// their copy descriptors): the registers of fp32 accumulators can allow one where the shared
+/// memory allows two.
+fn two_an_sm(gpu: &Gpu, c: &'static TileConfig, acc: Accum) -> Result<bool> {
+    let f = gpu.function(&Version::Tensor(c, acc).kernel(Layout::NT))?;
+    let smem = c.smem_bytes();
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )?;
+    Ok(f.occupancy_max_active_blocks_per_multiprocessor(c.threads() as u32, smem, None)? >= 2)
 }
 
 /// The depth of a product the direct rung computes in one step: one `m16n8k16`.
@@ -151,7 +178,7 @@ pub fn choose_version(
     if k <= DIRECT_K && !usage.steps && Version::Direct.in_ptx(gpu.ptx.target()) {
         return Ok((Version::Direct, 1));
     }
-    let c = choose_config(gpu, (m, n, k), usage)?;
+    let c = choose_config(gpu, (m, n, k), usage, acc)?;
     Ok((
         Version::Tensor(c, acc),
         choose_split(gpu, c, (m, n, k), usage),
