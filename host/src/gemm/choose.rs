@@ -11,9 +11,9 @@ use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 /// Splitting it would save fewer steps than the reduction's launch costs (about 2.5 µs
 /// alone), which made 784-256-256-256-10 and 784-512-512-512-512-10 at batch 128 3–4% slower
 /// an epoch (`docs/gemm.md`, "Split-K").
-pub const UNSPLIT_MAX_K: usize = 512;
+const UNSPLIT_MAX_K: usize = 512;
 
-/// How many K slices to give an M×N×K product on row `c`: [`split_for`] on this GPU's SMs.
+/// How many K slices to give an M×N×K product on row `c`: `split_for` on this GPU's SMs.
 pub fn choose_split(gpu: &Gpu, c: &TileConfig, mnk: (usize, usize, usize), usage: Usage) -> usize {
     split_for(gpu.sm_count() as usize, c, mnk, usage)
 }
@@ -23,12 +23,7 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, mnk: (usize, usize, usize), usage
 /// [`UNSPLIT_MAX_K`]; else enough for about two blocks per SM, each slice at least 2 K steps
 /// deep, at most 32. A stepping product keeps its split at any depth: the reduction then takes
 /// the step, spreading its 18 bytes an element over the whole GPU.
-pub fn split_for(
-    sms: usize,
-    c: &TileConfig,
-    (m, n, k): (usize, usize, usize),
-    usage: Usage,
-) -> usize {
+fn split_for(sms: usize, c: &TileConfig, (m, n, k): (usize, usize, usize), usage: Usage) -> usize {
     let tiles = c.tiles(m, n);
     if 2 * tiles > sms || (!usage.steps && k <= UNSPLIT_MAX_K) {
         1
@@ -60,7 +55,7 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
 /// `usage.copy_engine`, without a step: on sm_90a PTX a `wgmma` configuration where one fits
-/// the product ([`choose_wgmma`]; `acc` because the accumulators' registers decide how many
+/// the product (`choose_wgmma`; `acc` because the accumulators' registers decide how many
 /// blocks an SM holds), before any `mma.sync` one.
 pub fn choose_config(
     gpu: &Gpu,

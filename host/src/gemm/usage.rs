@@ -5,7 +5,7 @@ use gpu::gemm::{SGD_DEEP, TileConfig};
 /// not the step's 18 bytes an element, sets the pace, and the larger tiles of the shallow
 /// epilogue win (784-4096-10's first-layer gradient: 6% faster an epoch at batch 2048, 5%
 /// slower at batch 512, `docs/gemm.md`).
-pub const SHALLOW_STEP_MIN_K: usize = 1024;
+const SHALLOW_STEP_MIN_K: usize = 1024;
 
 /// How a GEMM runs, besides its dimensions, where that changes the configuration the host
 /// picks for it (`choose_config`).
@@ -33,7 +33,7 @@ impl Usage {
     /// Whether row `c` may run a product of this usage and depth `k`, for the general choice
     /// and a GPU's preference alike: a `wgmma` row needs operands the copy engine reads, takes
     /// no SGD step and a K of at least its slice; an `mma.sync` row that steps keeps
-    /// [`SGD_DEEP`] quads of the step in flight, unless K is at least [`SHALLOW_STEP_MIN_K`]
+    /// [`SGD_DEEP`] quads of the step in flight, unless K is at least `SHALLOW_STEP_MIN_K`
     /// (`docs/gemm.md`).
     pub fn admits(&self, c: &TileConfig, k: usize) -> bool {
         if c.is_wgmma() {
