@@ -8,6 +8,9 @@ use crate::{SOFTMAX_MAX_CLASSES, SOFTMAX_ROWS};
 /// A thread's sums, by slot: 0 the loss, 1 the count, `2 + c` its row's gradient in column `c`.
 const SLOTS: usize = 2 + SOFTMAX_MAX_CLASSES;
 
+/// Warps of a block.
+const WARPS: usize = (SOFTMAX_ROWS / WARP) as usize;
+
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
 /// a thread a row, [`SOFTMAX_ROWS`] rows a block. Writes the mean loss to `loss[s]` and the
 /// number of rows whose arg-max is the label to `correct[s]`; `s` is `*step`, which then
@@ -53,7 +56,7 @@ pub unsafe extern "ptx-kernel" fn softmax_ce(p: SoftmaxCe) {
         };
         unsafe { *partials.add(at as usize) = slot_total(scratch, t) };
     }
-    let flag = unsafe { dynamic_shared::<u32>().add(SLOTS * warps()) };
+    let flag = unsafe { dynamic_shared::<u32>().add(SLOTS * WARPS) };
     if last_to_arrive(p.done as *mut u32, blocks, flag) {
         totals(&p, blocks, grads);
     }
@@ -99,10 +102,6 @@ fn finish(p: &SoftmaxCe, t: u32, slots: u32, scratch: *const f32, ahead: Ahead) 
     }
 }
 
-fn warps() -> usize {
-    (SOFTMAX_ROWS / WARP) as usize
-}
-
 /// Each warp's sums of its lanes' first `slots` slots, in a fixed tree, into
 /// `scratch[warp · SLOTS + slot]`.
 ///
@@ -124,7 +123,7 @@ unsafe fn warp_sums_to_shared(sums: &[f32; SLOTS], slots: u32, scratch: *mut f32
 /// Slot `s`'s sum over the block's warps, in warp order.
 fn slot_total(scratch: *const f32, s: u32) -> f32 {
     let mut total = 0.0;
-    for w in 0..warps() {
+    for w in 0..WARPS {
         total += unsafe { *scratch.add(SLOTS * w + s as usize) };
     }
     total

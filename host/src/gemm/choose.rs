@@ -8,9 +8,9 @@ use cudarc::driver::sys::CUfunction_attribute;
 use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
 
 /// The deepest product without an SGD step that runs in one K slice: eight K steps of 64.
-/// Splitting it would save fewer steps than the reduction's launch costs (about 2.5 µs
-/// alone), which made 784-256-256-256-10 and 784-512-512-512-512-10 at batch 128 3–4% slower
-/// an epoch (`docs/gemm.md`, "Split-K").
+/// A split saves fewer K steps than its reduction, a kernel of about 2.5 µs in the chain,
+/// costs: unsplit, 784-256-256-256-10 and 784-512-512-512-512-10 at batch 128 train 3–4%
+/// faster an epoch (`docs/gemm.md`, "Split-K").
 const UNSPLIT_MAX_K: usize = 512;
 
 /// How many K slices to give an M×N×K product on row `c`: `split_for` on this GPU's SMs.
@@ -183,21 +183,18 @@ pub fn choose_version(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn row(name: &str) -> &'static TileConfig {
-        TILE_CONFIGS.iter().find(|c| c.name == name).unwrap()
-    }
+    use gpu::gemm::rows;
 
     const H200_SMS: usize = 132;
 
     #[test]
     fn a_split_gives_small_outputs_two_blocks_an_sm() {
-        let c = row("tc80_32x32x64_16x16_s3");
+        let c = &rows::tc80_32x32x64_16x16_s3;
         let plain = Usage::default();
         // The logits, 128×10 over K = 4096: 4 tiles, 32 slices at most.
         assert_eq!(split_for(H200_SMS, c, (128, 10, 4096), plain), 32);
-        // The first layer of 784-256-…: 32 tiles, 8 slices of 128 (≥ 2 K steps of 64 each)
-        // hold only 6 slices of the 784.
+        // The first layer of 784-256-…: 32 tiles, for which two blocks an SM would be 8
+        // slices; slices of at least two K steps of 64 leave 6 in K = 784.
         assert_eq!(split_for(H200_SMS, c, (128, 256, 784), plain), 6);
         // Enough tiles for every SM: no split.
         assert_eq!(split_for(H200_SMS, c, (2048, 4096, 784), plain), 1);
@@ -205,7 +202,7 @@ mod tests {
 
     #[test]
     fn shallow_products_run_unsplit_unless_they_step() {
-        let c = row("tc80_32x32x64_16x16_s3");
+        let c = &rows::tc80_32x32x64_16x16_s3;
         let plain = Usage::default();
         let steps = Usage {
             steps: true,
@@ -219,7 +216,7 @@ mod tests {
             4
         );
         // dW2 of 784-4096-10 at batch 512: 10×4096 over K = 512, stepping, keeps its split.
-        let c = row("tc80_64x64x64_32x32_s3");
+        let c = &rows::tc80_64x64x64_32x32_s3;
         assert_eq!(split_for(H200_SMS, c, (10, 4096, 512), steps), 4);
     }
 }

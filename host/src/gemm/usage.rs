@@ -3,8 +3,8 @@ use gpu::gemm::{SGD_DEEP, TileConfig};
 
 /// The depth from which a stepping product may take any `mma.sync` row: there the mainloop,
 /// not the step's 18 bytes an element, sets the pace, and the larger tiles of the shallow
-/// epilogue win (784-4096-10's first-layer gradient: 6% faster an epoch at batch 2048, 5%
-/// slower at batch 512, `docs/gemm.md`).
+/// epilogue win. On 784-4096-10's first-layer gradient they make an epoch 6% faster at batch
+/// 2048 (K = 2048) and 5% slower at batch 512 (`docs/gemm.md`).
 const SHALLOW_STEP_MIN_K: usize = 1024;
 
 /// How a GEMM runs, besides its dimensions, where that changes the configuration the host
