@@ -41,6 +41,10 @@ pub const BIAS_GRAD_COLS: u32 = 64;
 pub const BIAS_GRAD_WARPS: u32 = 32;
 pub const BIAS_GRAD_ROWS: u32 = 256;
 
+/// Dynamic shared memory of a `bias_grad` block: each warp's column sums, and the last block's
+/// flag.
+pub const BIAS_GRAD_SHARED_BYTES: u32 = 4 * (BIAS_GRAD_WARPS * BIAS_GRAD_COLS + 1);
+
 /// The grid of `bias_grad` over `rows × cols`: a block per group of [`BIAS_GRAD_COLS`] columns
 /// (x) and slice of [`BIAS_GRAD_ROWS`] rows (y).
 pub const fn bias_grad_grid(rows: usize, cols: usize) -> (u32, u32) {

@@ -110,7 +110,7 @@ pub(crate) fn last_to_arrive(counter: *mut u32, blocks: u32, flag: *mut u32) -> 
 /// and the last block of its group to finish (counted in `done[x]`) adds the slices in order,
 /// so the result does not depend on which block ends when.
 /// Launch with [`bias_grad_grid`](crate::bias_grad_grid) blocks of `32 × BIAS_GRAD_WARPS`
-/// threads and `4 × (BIAS_GRAD_WARPS × BIAS_GRAD_COLS + 1)` bytes of dynamic shared memory.
+/// threads and [`BIAS_GRAD_SHARED_BYTES`](crate::BIAS_GRAD_SHARED_BYTES) of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn bias_grad(p: BiasGrad) {
     depend_on_prior_grids();
@@ -185,6 +185,8 @@ const PASS: u32 = ACROSS * BIAS_GRAD_WARPS;
 const _: () = assert!(
     WARP.is_multiple_of(CHUNKS) && BIAS_GRAD_ROWS.is_multiple_of(PASS) && BIAS_GRAD_COLS >= 8
 );
+// The warps' sums and the flag fill the shared memory the host gives a block.
+const _: () = assert!(4 * (BIAS_GRAD_WARPS * BIAS_GRAD_COLS + 1) == crate::BIAS_GRAD_SHARED_BYTES);
 
 /// Where column `t` of a group sits in a warp's row of sums in shared memory: each lane's first
 /// four columns in the row's first half, its last four in the second, so that a lane stores its

@@ -11,6 +11,9 @@ const SLOTS: usize = 2 + SOFTMAX_MAX_CLASSES;
 /// Warps of a block.
 const WARPS: usize = (SOFTMAX_ROWS / WARP) as usize;
 
+// The warps' sums and the flag fill the shared memory the host gives a block.
+const _: () = assert!(4 * (SLOTS * WARPS + 1) == crate::SOFTMAX_SHARED_BYTES as usize);
+
 /// Softmax cross-entropy over `rows` rows of `classes` logits (fp16, leading dimension `ld`),
 /// a thread a row, [`SOFTMAX_ROWS`] rows a block. Writes the mean loss to `loss[s]` and the
 /// number of rows whose arg-max is the label to `correct[s]`; `s` is `*step`, which then

@@ -6,7 +6,9 @@ use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, LaunchConfig};
 use gpu::params::{BiasGrad, GatherBatch, SgdUpdate, SoftmaxCe};
-use gpu::{BIAS_GRAD_COLS, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMAX_ROWS, SOFTMAX_SHARED_BYTES};
+use gpu::{
+    BIAS_GRAD_SHARED_BYTES, BIAS_GRAD_WARPS, GATHER_ROWS, SOFTMAX_ROWS, SOFTMAX_SHARED_BYTES,
+};
 use gpu::{bias_grad_grid, bias_grad_scratch};
 
 /// Launches `gather_batch` with `p` on the GPU's stream: a warp per row of the batch.
@@ -41,7 +43,7 @@ pub fn bias_grad(gpu: &Gpu, stream: &CudaStream, p: BiasGrad) -> Result<()> {
     let cfg = LaunchConfig {
         grid_dim: (groups, slices, 1),
         block_dim: (32 * BIAS_GRAD_WARPS, 1, 1),
-        shared_mem_bytes: 4 * (BIAS_GRAD_COLS * BIAS_GRAD_WARPS + 1),
+        shared_mem_bytes: BIAS_GRAD_SHARED_BYTES,
     };
     // SAFETY: the kernel's one parameter is a `BiasGrad`, and it waits for the grid before it
     // first; the caller's buffers outlive the queued work.
