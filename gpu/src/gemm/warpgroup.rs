@@ -283,8 +283,11 @@ fn consume<
     }
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
-    if plain(p) && copy_engine_reaches(p.c as u64, p.ldc as u64) {
-        store_staged::<A, MI, BN, WG, STAGES>(ring, &acc, (row0, n0), (wg, lane), map_c);
+    let at = (ring, (row0, n0), (wg, lane), map_c);
+    if plain(p) && staged(p) {
+        store_staged::<A, MI, BN, WG, STAGES, true>(p, &acc, at);
+    } else if staged(p) {
+        store_staged::<A, MI, BN, WG, STAGES, false>(p, &acc, at);
     } else {
         for (mi, acc) in acc.iter().enumerate() {
             for j in 0..BN / 4 {
@@ -297,15 +300,67 @@ fn consume<
 }
 
 /// Whether the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate): then the
-/// accumulators go to C as they are, rounded to fp16, without the general epilogue's arithmetic
-/// and bounds checks per pair (3–4% of a 4096³ GEMM, `docs/gemm.md`).
+/// accumulators go to C as they are, rounded to fp16, without any arithmetic.
 #[inline(always)]
 fn plain(p: &Args) -> bool {
     let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
     plain && p.bias.is_null() && p.gate.is_null()
 }
 
-/// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 into the
+/// Whether the epilogue goes through the copy engine ([`store_staged`]): where the copy engine
+/// can address C, any epilogue but one with a beta or a gate (which read C's own layout) or a
+/// bias not aligned to 4-byte words. The other path writes each 32-byte sector of C in halves,
+/// a thread's pairs as 4-byte words; that store pattern, not the arithmetic, is most of its
+/// cost (`docs/gemm.md`).
+#[inline(always)]
+fn staged(p: &Args) -> bool {
+    let bias_words = (p.bias as usize).is_multiple_of(4);
+    p.beta == 0.0 && p.gate.is_null() && bias_words && copy_engine_reaches(p.c as u64, p.ldc as u64)
+}
+
+/// Accumulator pair `j` through the epilogue as [`output`](super::simt::output) computes it
+/// (alpha, then the bias, then the ReLU), rounded to fp16 as one `f16x2` word; `bias`: the
+/// pair's two bias values as one word ([`bias_words`]).
+#[inline(always)]
+fn output_word<A: Accumulator>(p: &Args, acc: &A, j: usize, bias: u32) -> u32 {
+    let (v0, v1) = acc.pair(j);
+    let (mut a, mut b) = (p.alpha * v0, p.alpha * v1);
+    if !p.bias.is_null() {
+        let (b0, b1) = unpack_h2(bias);
+        a += b0;
+        b += b1;
+    }
+    if p.relu != 0 {
+        (a, b) = (a.max(0.0), b.max(0.0));
+    }
+    pack_h2(a, b)
+}
+
+/// The columns of C whose bias a warpgroup thread holds at once in the staged store: 16 words,
+/// which the widest fp32 tile (128 accumulators a thread) still fits beside.
+const BIAS_PART: usize = 128;
+
+/// The bias of the columns this warpgroup thread's pairs hold in [`BIAS_PART`] columns of C
+/// from `c0`, word `w` for pairs `2w` and `2w + 1` of the part (whose first column is even):
+/// zero past N, the first half alone where only it lies inside, zeros without a bias. All are
+/// loaded before the first is used, so the thread waits on their latency once, not once a
+/// column.
+#[inline(always)]
+fn bias_words(p: &Args, c0: u32, lane: u32) -> [u32; BIAS_PART / 8] {
+    core::array::from_fn(|w| {
+        let col = c0 + accumulator_pair(lane as usize, 2 * w).1 as u32;
+        if p.bias.is_null() || col >= p.n {
+            0
+        } else if col + 1 < p.n {
+            unsafe { *(p.bias.add(col as usize) as *const u32) }
+        } else {
+            unsafe { *p.bias.add(col as usize) as u32 }
+        }
+    })
+}
+
+/// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 as they are
+/// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the
 /// warpgroup's staging area, 64 × 64 boxes laid out as C's tensor map says, then one tensor
 /// store a box, which writes only what lies inside C. The staging areas lie in the ring,
 /// which nothing writes after the last K step once every consumer warpgroup's last batch has
@@ -318,12 +373,11 @@ fn store_staged<
     const BN: usize,
     const WG: usize,
     const STAGES: usize,
+    const PLAIN: bool,
 >(
-    ring: Ring<STAGES>,
+    p: &Args,
     acc: &[A; MI],
-    (row0, n0): (u32, u32),
-    (wg, lane): (u32, u32),
-    map_c: *const u8,
+    (ring, (row0, n0), (wg, lane), map_c): (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
 ) {
     const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
     if WG > 1 {
@@ -332,15 +386,24 @@ fn store_staged<
     // The ring was last written by the copy engine.
     fence_proxy_async_shared();
     let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
-    for (mi, acc) in acc.iter().enumerate() {
-        for t in 0..BN / 16 {
-            let r = [
-                acc.packed(4 * t),
-                acc.packed(4 * t + 1),
-                acc.packed(4 * t + 2),
-                acc.packed(4 * t + 3),
-            ];
-            stmatrix_x4(area + staged_c_row(lane as usize, mi, t, BN), r);
+    for part in 0..BN.div_ceil(BIAS_PART) {
+        let bias = if PLAIN {
+            [0; BIAS_PART / 8]
+        } else {
+            bias_words(p, n0 + (part * BIAS_PART) as u32, lane)
+        };
+        for (mi, acc) in acc.iter().enumerate() {
+            for t in part * BIAS_PART / 16..((part + 1) * BIAS_PART).min(BN) / 16 {
+                let r = core::array::from_fn(|q| {
+                    let j = 4 * t + q;
+                    if PLAIN {
+                        acc.packed(j)
+                    } else {
+                        output_word(p, acc, j, bias[j / 2 - part * BIAS_PART / 8])
+                    }
+                });
+                stmatrix_x4(area + staged_c_row(lane as usize, mi, t, BN), r);
+            }
         }
     }
     fence_proxy_async_shared();
