@@ -12,7 +12,7 @@ Runs the GEMM table, MNIST (loss curves and the modes at hidden 128, ours in fp1
 accumulation, PyTorch's modes including the torch.compile max-autotune one, and JAX's scan;
 widths 128…8192; deeper models; the layered step alone at batch 128, 512 and 2048 against JAX's
 scan at the same batch; the architecture matrix: older GPUs' paths emulated with --ptx
-and --max-smem-kb; init study; and scaling over GPUs against PyTorch DDP where there are
+and --max-smem-kb, training and the host's GEMM choice against cuBLAS; init study; and scaling over GPUs against PyTorch DDP where there are
 several GPUs), the regression sweep, Iris, cold and warm start (bench/cold_start.sh), and the
 memory comparison; writes their CSVs and logs under OUT_DIR, the PNG plots (bench/plot.py) and
 OUT_DIR/RESULTS.md with the date, GPU and versions. Every "×" there is against the fastest
@@ -25,10 +25,10 @@ docs/results/NAME/ and write docs/RESULTS.md with
 Refuses an existing OUT_DIR unless --force, or --resume: then the steps whose results are
 already there are kept (a report cut short by a time limit is finished by running it again;
 each step takes less than 10 minutes, so two commands of 10 minutes finish it, the second with
---resume). Takes about 13 to 15 minutes on an H100 or H200: the GEMM table, the width sweep
+--resume). Takes about 14 to 16 minutes on an H100 or H200: the GEMM table, the width sweep
 (about 4 minutes), the MNIST step (about 3, most of it torch.compile's autotuning) and the deeper
 models (about 2) take most of it; the layered step's eight runs and JAX's at three batches add a
-few minutes.
+few minutes, the host's GEMM choice on each architecture path about one.
 """
 import argparse, csv, datetime, re, shlex, shutil, site, subprocess, sys, sysconfig, time
 from pathlib import Path
@@ -366,6 +366,31 @@ def step_arch_matrix():
                     w.writerow([name, ptx, smem, hidden, engine, epoch, seconds, acc, ""])
 
 
+# The sizes of the architecture paths' GEMM table: squares, and the MLP's products at hidden 128
+# and 4096.
+ARCH_GEMM_SIZES = ",".join(["square1024", "square4096", "square8192"] +
+                           [f"mlp{h}.{p}" for h in (128, 4096) for p in ("fwd1", "fwd2", "dx2", "dw2", "dw1")])
+
+
+def step_arch_gemm():
+    """`host gemm --choice` on each path of the architecture matrix: the row the host picks there
+    for each size, against cuBLAS. A path that does not run leaves its reason in the log."""
+    fresh("arch_gemm.log")
+    tmp = out / "gemm.tmp"
+    with open(out / "arch_gemm.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "shape", "m", "n", "k", "version", "time_ms", "pct_cublas_f16", "correct"])
+        for name, flags in ARCH_PATHS:
+            tmp.unlink(missing_ok=True)
+            # A wrong result fails the command after the CSV is written: its row says so.
+            try_logged([H, "gemm", *flags, "--choice", "--sizes", ARCH_GEMM_SIZES, "--time-ms", "50", "--csv", tmp],
+                       "arch_gemm.log", 600)
+            for r in csv.DictReader(open(tmp)) if tmp.exists() else []:
+                if r["chosen"] == "true":
+                    w.writerow([name, *(r[c] for c in ("shape", "m", "n", "k", "version", "time_ms", "pct_cublas_f16", "correct"))])
+    tmp.unlink(missing_ok=True)
+
+
 def step_scaling():
     """Scaling over GPUs against PyTorch DDP, where the machine has several GPUs."""
     import os
@@ -457,7 +482,8 @@ def memory_from_log(name):
 steps = [("info", step_info, "info.txt"), ("GEMM table", step_gemm, "gemm.csv"),
          ("MNIST curves", step_mnist, "pytorch_mnist.csv"), ("MNIST widths", step_widths, "mnist_widths.csv"),
          ("deeper models", step_depth, "depth.csv"), ("layered step", step_layered, "layered.csv"),
-         ("architecture matrix", step_arch_matrix, "arch_matrix.csv"), ("scaling", step_scaling, "scaling.log"),
+         ("architecture matrix", step_arch_matrix, "arch_matrix.csv"), ("GEMM by architecture", step_arch_gemm, "arch_gemm.csv"),
+         ("scaling", step_scaling, "scaling.log"),
          ("regression sweep", step_regression, "regression_torch.csv"), ("Iris", step_iris, "pytorch_iris.csv"),
          ("cold start", step_cold_start, "cold_start.csv"), ("init study", step_init, "init.csv"),
          ("plots", step_plots, None)]

@@ -294,6 +294,25 @@ if am:
               "driver's JIT (its ptxas for sm_90) compiles that PTX, and a row shows the older ISA's instruction mix on sm_90 "
               "hardware, not the older chip's timing.\n")
 
+ag = rows("arch_gemm.csv")
+if ag:
+    paths = list(dict.fromkeys(r["path"] for r in ag))
+    cell = {(r["path"], r["shape"]): r for r in ag}
+    md.append("## GEMM by architecture path\n")
+    md.append("`host gemm --choice` with each path's `--ptx` and `--max-smem-kb`: the configuration the host picks there for "
+              "each size and its speed as % of cuBLAS with fp16 compute, on this GPU (so the older paths' figures are this GPU's, not the older GPU's).\n")
+    md.append("| shape | " + " | ".join(paths) + " |")
+    md.append("| --- " * (len(paths) + 1) + "|")
+    for s in dict.fromkeys(r["shape"] for r in ag):
+        r0 = next(r for r in ag if r["shape"] == s)
+        cells = []
+        for p in paths:
+            r = cell.get((p, s))
+            wrong = "" if r is None or r["correct"] == "true" else ", WRONG"
+            cells.append("–" if r is None else f"{float(r['pct_cublas_f16']):.0f}% `{r['version']}`{wrong}")
+        md.append(f"| {s} ({r0['m']}×{r0['n']}×{r0['k']}) | " + " | ".join(cells) + " |")
+    md.append("")
+
 sc = rows("mnist_scaling.csv")
 if sc:
     t = defaultdict(list)

@@ -335,6 +335,10 @@ pub struct GemmArgs {
     /// host's choice is from the winner, and print the preference lines to paste.
     #[arg(long)]
     pub tune: bool,
+    /// Run only cuBLAS and the host's own choice for each size: what training on this GPU (or
+    /// on the one --ptx and --max-smem-kb emulate) would run.
+    #[arg(long, conflicts_with_all = ["config", "split_k", "tune"])]
+    pub choice: bool,
     /// Print every row of the tile table, the GPUs it fits and the GPUs that prefer it; no GPU
     /// needed.
     #[arg(long, conflicts_with_all = ["explain", "tune"])]

@@ -7,7 +7,7 @@ use cli::{Cli, Command, GemmArgs};
 use host::allreduce_bench::{self, Sweep};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
-use host::gemm_bench::{self, Entry};
+use host::gemm_bench::{self, Entry, Versions};
 use host::mlp::{Dataset, Launched, Options};
 use host::regression::report::Report;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ enum Job {
 
 /// `host gemm`'s flags, parsed.
 struct GemmTable {
-    versions: Vec<Version>,
+    versions: Versions,
     entries: Vec<Entry>,
     splits: Vec<usize>,
     simt_max: usize,
@@ -88,11 +88,18 @@ fn training(flags: &cli::TrainFlags, defaults: Options) -> Result<Options> {
 }
 
 fn gemm_table(a: &GemmArgs) -> Result<GemmTable> {
-    let versions = a
-        .config
-        .iter()
-        .map(|c| Version::parse(c, a.accum))
-        .collect::<Result<Vec<_>>>()?;
+    let versions = if a.choice {
+        Versions::Choice
+    } else if a.config.is_empty() {
+        Versions::All
+    } else {
+        Versions::These(
+            a.config
+                .iter()
+                .map(|c| Version::parse(c, a.accum))
+                .collect::<Result<_>>()?,
+        )
+    };
     let entries = if a.sizes.is_empty() {
         gemm_bench::default_entries()
     } else {
@@ -208,8 +215,10 @@ fn regression_report(a: &cli::RegressionArgs) -> Report {
 }
 
 fn gemm(gpu: &Gpu, t: &GemmTable) -> Result<()> {
-    for v in &t.versions {
-        v.ensure_runs_on(gpu)?;
+    if let Versions::These(versions) = &t.versions {
+        for v in versions {
+            v.ensure_runs_on(gpu)?;
+        }
     }
     println!(
         "GEMM ladder on {} ({}); fp16 in/out, time = median over replays of a CUDA graph \

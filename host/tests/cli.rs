@@ -135,6 +135,10 @@ fn values_of_the_wrong_form_are_claps_errors_with_status_2() {
         (&["mnist", "--accum", "f64"], "[possible values: f16, f32]"),
         (&["iris", "--slice-units", "12"], "8, 16 or 32 hidden units"),
         (&["gemm", "--split-k", "1"], "--split-k"),
+        (
+            &["gemm", "--choice", "--config", "direct"],
+            "'--choice' cannot be used with '--config <NAME,…>'",
+        ),
     ] {
         let (code, stdout, stderr) = host(args);
         assert_eq!(code, 2, "{args:?}: {stderr}");

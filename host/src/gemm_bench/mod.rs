@@ -115,12 +115,22 @@ pub fn roof(gpu: &Gpu, budget_ms: f64, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// Runs the table, timing each row for about `budget_ms`. `versions` empty means every version
-/// the GPU runs; SIMT versions skip squares above `simt_max` (they would take minutes and teach
-/// nothing more). Every `mma.sync` version also runs with K split over each of `splits`.
+/// The versions a table runs beside cuBLAS and the host's own choice, which runs in every case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Versions {
+    /// Every version the GPU runs.
+    All,
+    These(Vec<Version>),
+    /// None: the choice alone.
+    Choice,
+}
+
+/// Runs the table, timing each row for about `budget_ms`. SIMT versions skip squares above
+/// `simt_max` (they would take minutes and teach nothing more). Every `mma.sync` version also
+/// runs with K split over each of `splits`.
 pub fn run(
     gpu: &Gpu,
-    (versions, splits): (&[Version], &[usize]),
+    (versions, splits): (&Versions, &[usize]),
     entries: &[Entry],
     simt_max: usize,
     budget_ms: f64,
@@ -128,10 +138,10 @@ pub fn run(
 ) -> Result<Vec<Row>> {
     let bench = Bench {
         blas: Cublas::new(gpu)?,
-        versions: if versions.is_empty() {
-            Version::all_for(gpu)
-        } else {
-            versions.to_vec()
+        versions: match versions {
+            Versions::All => Version::all_for(gpu),
+            Versions::These(v) => v.clone(),
+            Versions::Choice => Vec::new(),
         },
         simt_max,
         budget_ms,
@@ -163,7 +173,8 @@ struct Bench {
     splits: Vec<usize>,
 }
 
-/// The rows of one shape: cuBLAS, every version, and the host's own choice where it splits K.
+/// The rows of one shape: cuBLAS, every version, and the host's own choice where it splits K
+/// or the versions leave it out.
 fn shape_rows(
     gpu: &Gpu,
     bench: &Bench,
@@ -201,20 +212,24 @@ fn shape_rows(
         rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
     }
 
-    // `v` with K split over `split` slices (tensor-core `mma.sync` versions only): the row's
-    // name, time and check.
-    let split_run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
+    // `v` with K split over `split` slices (more than one: tensor-core `mma.sync` versions
+    // only): the row's name, time and check.
+    let run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
         let sp = Problem {
             split_k: split,
             ..p
         };
-        let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp))?;
+        let ws = gpu.zeros::<f32>(gemm::workspace_len(v, &sp).max(1))?;
         let ptrs = Ptrs {
             ws: dptr(&ws, &gpu.stream),
             ..ptrs
         };
         let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
-        Ok((format!("{}_splitk{split}", v.label()), ms, c))
+        Ok((row_name(v, split), ms, c))
+    };
+    let push = |rows: &mut Vec<Row>, out: &mut dyn Write, (name, ms, c): (String, f64, Check)| {
+        rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
+        Ok::<_, anyhow::Error>(())
     };
     for &v in &bench.versions {
         if matches!(v, Version::Simt(_)) && p.m.max(p.n).max(p.k) > bench.simt_max {
@@ -224,45 +239,36 @@ fn shape_rows(
             writeln!(out, "# {} on {label}: skipped, {why}", v.label())?;
             continue;
         }
-        let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &p, ptrs))?;
-        rows.push(row(
-            out,
-            (v.label(), label),
-            (&p).into(),
-            (ms, cublas_ms),
-            &c,
-        )?);
+        push(rows, out, run(v, 1)?)?;
         if matches!(v, Version::Tensor(c, _) if !c.is_wgmma()) {
             for &split in &bench.splits {
-                let (name, ms, c) = split_run(v, split)?;
-                rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
+                push(rows, out, run(v, split)?)?;
             }
         }
     }
 
     // What the host would pick for this shape alone (the operands' addresses are aligned),
-    // split-K included, when that splits.
+    // split-K included, run unless a row above ran it.
     let usage = Usage {
         steps: p.sgd.is_some(),
         ..Usage::aligned(p.lda, p.ldb)
     };
     let (v, split) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, Accum::F16)?;
-    let name = if split > 1 {
-        let (name, ms, c) = split_run(v, split)?;
-        rows.push(row(
-            out,
-            (name.clone(), label),
-            (&p).into(),
-            (ms, cublas_ms),
-            &c,
-        )?);
-        name
-    } else {
-        v.label()
-    };
+    let name = row_name(v, split);
+    if !rows.iter().any(|r| r.shape == *label && r.version == name) {
+        push(rows, out, run(v, split)?)?;
+    }
     writeln!(out, "# {label}: the host's choice is {name}")?;
     mark_chosen(rows, label, &name);
     Ok(())
+}
+
+/// The name of `v`'s row with K split over `split` slices.
+fn row_name(v: Version, split: usize) -> String {
+    match split {
+        1 => v.label(),
+        _ => format!("{}_splitk{split}", v.label()),
+    }
 }
 
 /// Marks the row of `shape` run with `version` as the host's choice.
@@ -332,12 +338,23 @@ fn row(
 }
 
 pub fn write_csv(path: &std::path::Path, rows: &[Row], gpu_name: &str) -> Result<()> {
-    let mut s =
-        String::from("gpu,version,shape,m,n,k,time_ms,tflops,pct_cublas_f16,max_err,correct\n");
+    let mut s = String::from(
+        "gpu,version,shape,m,n,k,time_ms,tflops,pct_cublas_f16,max_err,correct,chosen\n",
+    );
     for r in rows {
         s += &format!(
-            "{gpu_name},{},{},{},{},{},{:.6},{:.3},{:.1},{:.3e},{}\n",
-            r.version, r.shape, r.m, r.n, r.k, r.ms, r.tflops, r.vs_cublas, r.max_err, r.ok
+            "{gpu_name},{},{},{},{},{},{:.6},{:.3},{:.1},{:.3e},{},{}\n",
+            r.version,
+            r.shape,
+            r.m,
+            r.n,
+            r.k,
+            r.ms,
+            r.tflops,
+            r.vs_cublas,
+            r.max_err,
+            r.ok,
+            r.chosen
         );
     }
     crate::write_atomic(path, s.as_bytes())
