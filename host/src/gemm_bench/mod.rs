@@ -212,8 +212,8 @@ fn shape_rows(
         rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
     }
 
-    // `v` with K split over `split` slices (more than one: tensor-core `mma.sync` versions
-    // only): the row's name, time and check.
+    // `v` over `split` K slices (1: unsplit; more only on tensor-core `mma.sync` versions):
+    // the row's name, time and check.
     let run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
         let sp = Problem {
             split_k: split,
