@@ -57,7 +57,11 @@ fn main() {
             .unwrap_or_else(|| panic!("GPU_ARCHS entry {arch:?} is not of the form sm_NN"));
         let ptx = out.join(format!("gpu_{arch}.ptx"));
         let source = std::fs::read_to_string(build_ptx(root, &gpu, arch, sm)).unwrap();
-        std::fs::write(&ptx, align_tensor_maps(&source)).unwrap();
+        std::fs::write(
+            &ptx,
+            declare_ping_pong_registers(&align_tensor_maps(&source)),
+        )
+        .unwrap();
         let ptxas_run = ptxas.as_ref().ok().map(|p| assemble(p, arch, &ptx));
         built.push((arch, sm, ptx, ptxas_run));
     }
@@ -150,6 +154,30 @@ fn align_tensor_maps(ptx: &str) -> String {
             out.push_str(&line.replacen(".align 16", ".align 64", 1));
         } else {
             out.push_str(line);
+        }
+    }
+    out
+}
+
+/// Each ping-pong kernel's entry declares the registers a thread it starts with
+/// (`gpu::gemm::PING_PONG_REGISTERS`), which its warpgroups then trade by `setmaxnreg`: PTX
+/// has `.maxnreg` after the parameter list, and rustc no attribute for it.
+fn declare_ping_pong_registers(ptx: &str) -> String {
+    let kernels: Vec<_> = gpu::gemm::TILE_CONFIGS
+        .iter()
+        .filter(|c| c.is_ping_pong())
+        .map(|c| format!(".entry gemm_{}_", c.name))
+        .collect();
+    let maxnreg = format!(".maxnreg {}\n", gpu::gemm::PING_PONG_REGISTERS.entry);
+    let mut out = String::with_capacity(ptx.len());
+    let mut in_entry = false;
+    for line in ptx.split_inclusive('\n') {
+        in_entry |= kernels.iter().any(|k| line.contains(k.as_str()));
+        out.push_str(line);
+        // The parameter list closes on a line of its own, maybe with a comment after it.
+        if in_entry && line.split("//").next().is_some_and(|l| l.trim() == ")") {
+            out.push_str(&maxnreg);
+            in_entry = false;
         }
     }
     out

@@ -395,6 +395,17 @@ fn warpgroup_rungs_wrap_their_stages_and_refuse_unaligned_rows() {
                 .collect();
             let p = as_read_by(v, Problem::new(m, n, 136, layout));
             check_at(&g, v, &p, &mut rng, Some(&samples), p.relu);
+            if c.is_ping_pong() {
+                // Six tiles a persistent block: each consumer warpgroup takes three in turn,
+                // its staging area and the ring reused across them.
+                let (m, n) = (c.block.0 * g.sm_count() as usize - 3, 5 * c.block.1 + 8);
+                let samples: Vec<_> = (0..4096)
+                    .map(|_| (rng.random_range(0..m), rng.random_range(0..n)))
+                    .collect();
+                let mut p = as_read_by(v, Problem::new(m, n, 200, layout));
+                p.relu = true;
+                check_at(&g, v, &p, &mut rng, Some(&samples), false);
+            }
         }
         let p = Problem::new(64, 64, 100, Layout::NN);
         let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();

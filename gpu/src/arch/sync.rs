@@ -27,6 +27,15 @@ pub fn bar_sync_n(id: u32, threads: u32) {
     };
 }
 
+/// Arrives at named barrier `id` of `threads` threads without waiting: the warps that wait
+/// there with [`bar_sync_n`] go on once the arrivals and their own make up `threads`.
+#[inline(always)]
+pub fn bar_arrive_n(id: u32, threads: u32) {
+    unsafe {
+        asm!("bar.arrive {id}, {n};", id = in(reg32) id, n = in(reg32) threads, options(nostack))
+    };
+}
+
 /// Makes this thread's earlier writes to shared memory visible to the copy engine (the async
 /// proxy), which reads them for a [`tma_store_2d`](super::tma_store_2d) or a
 /// [`bulk_reduce_add_u64`](super::bulk_reduce_add_u64).

@@ -95,3 +95,18 @@ wgmma!(
     26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49,
     50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
 );
+
+/// Raises this warpgroup's registers a thread to `N` (a multiple of 8, 24 to 256), once the
+/// others of the block have released enough: `setmaxnreg` moves registers between the
+/// warpgroups of a warp-specialized kernel, whose entry declares the count it starts with
+/// (`.maxnreg`).
+#[inline(always)]
+pub fn setmaxnreg_inc<const N: u32>() {
+    unsafe { asm!("setmaxnreg.inc.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}
+
+/// Lowers this warpgroup's registers a thread to `N`, releasing the rest to the block.
+#[inline(always)]
+pub fn setmaxnreg_dec<const N: u32>() {
+    unsafe { asm!("setmaxnreg.dec.sync.aligned.u32 {n};", n = const N, options(nostack)) };
+}

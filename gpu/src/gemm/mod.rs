@@ -27,13 +27,19 @@ mod sgd;
 mod simt;
 #[cfg(target_arch = "nvptx64")]
 pub use simt::epilogue;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod pingpong;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup;
 
 pub mod descriptor;
+mod mainloop;
+mod registers;
 mod rules;
+pub use mainloop::Mainloop;
+pub use registers::{PING_PONG_REGISTERS, PingPongRegisters};
 pub use rules::{CP_ASYNC_MAX_STAGES, MMA_SYNC_MAX_BK};
 
 /// fp16 elements of padding after each row of the C tile the SGD epilogue stages in shared
@@ -145,47 +151,14 @@ pub struct TileConfig {
     pub mainloop: Mainloop,
 }
 
-/// A configuration's mainloop, named by its row of [`tile_configs!`](crate::tile_configs).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Mainloop {
-    /// A double buffer staged through registers, `mma.sync` m16n8k8 (sm_75).
-    Staged,
-    /// A `cp.async` multi-stage pipeline, `mma.sync` m16n8k16 (sm_80).
-    CpAsync,
-    /// Tensor copies of the copy engine into 128-byte-swizzled tiles, `wgmma` (sm_90a).
-    Wgmma,
-}
-
-impl Mainloop {
-    /// Whether PTX built for `target` has the instructions of this mainloop.
-    pub const fn in_ptx(self, target: Target) -> bool {
-        match self {
-            Mainloop::Staged => true,
-            Mainloop::CpAsync => target.cp_async(),
-            Mainloop::Wgmma => target.wgmma(),
-        }
-    }
-    /// The oldest PTX that has it: a `wgmma` row's runs on Hopper alone.
-    pub const fn oldest_ptx(self) -> Target {
-        match self {
-            Mainloop::Staged => Target::SM75,
-            Mainloop::CpAsync => Target::SM80,
-            Mainloop::Wgmma => Target {
-                sm: 90,
-                specific: true,
-            },
-        }
-    }
-    /// The oldest architecture whose PTX has it (compute capability ×10).
-    pub const fn min_sm(self) -> u32 {
-        self.oldest_ptx().sm
-    }
-}
-
 impl TileConfig {
     /// A warpgroup rung: `wgmma` fed by tensor copies, which needs sm_90a PTX.
     pub const fn is_wgmma(&self) -> bool {
-        matches!(self.mainloop, Mainloop::Wgmma)
+        matches!(self.mainloop, Mainloop::Wgmma | Mainloop::PingPong)
+    }
+    /// The ping-pong rung: persistent blocks, a tile a consumer warpgroup.
+    pub const fn is_ping_pong(&self) -> bool {
+        matches!(self.mainloop, Mainloop::PingPong)
     }
     /// Lowest compute capability (×10) whose PTX holds the kernel.
     pub const fn min_sm(&self) -> u32 {
@@ -205,20 +178,25 @@ impl TileConfig {
     pub const fn tiles(&self, m: usize, n: usize) -> usize {
         m.div_ceil(self.block.0) * n.div_ceil(self.block.1)
     }
-    /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups and the
-    /// producer warpgroup that issues the copies.
+    /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups (two on
+    /// ping-pong rows) and the producer warpgroup that issues the copies.
     pub const fn threads(&self) -> usize {
-        if self.is_wgmma() {
+        if self.is_ping_pong() {
+            128 * 3
+        } else if self.is_wgmma() {
             128 * (self.warp_tiles() + 1)
         } else {
             32 * self.warp_tiles()
         }
     }
     /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
-    /// `mbarrier` pair per stage (full, empty) after them.
+    /// `mbarrier` pair per stage (full, empty) after them; ping-pong rows first stage each
+    /// consumer warpgroup's fp16 C tile.
     pub const fn smem_bytes(&self) -> usize {
         let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
-        if self.is_wgmma() {
+        if self.is_ping_pong() {
+            2 * self.block.0 * self.block.1 * 2 + tiles + self.stages * 16
+        } else if self.is_wgmma() {
             tiles + self.stages * 16
         } else {
             tiles
@@ -284,6 +262,9 @@ macro_rules! tile_configs {
             // Clusters of two blocks along M, which share each B tile (TMA multicast).
             (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, wgmma),
             (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, wgmma),
+            // Ping-pong: persistent blocks, each consumer warpgroup a 128×128 tile in turn.
+            // Five stages (160 KiB) and the two staged C tiles (64 KiB) fill Hopper's 227 KiB.
+            (wg90_128x128x64_128x128_s5_pp, 128, 128, 64, 128, 128, 64, 128, 16, 5, 1, ping_pong),
         }
     };
 }
@@ -327,6 +308,9 @@ macro_rules! mainloop {
     };
     (wgmma) => {
         Mainloop::Wgmma
+    };
+    (ping_pong) => {
+        Mainloop::PingPong
     };
 }
 tile_configs!(config_table);

@@ -44,6 +44,7 @@ impl TileConfig {
         }
         match self.mainloop {
             Mainloop::Wgmma => self.check_wgmma(),
+            Mainloop::PingPong => self.check_ping_pong(),
             _ => self.check_mma_sync(),
         }
     }
@@ -144,11 +145,25 @@ impl TileConfig {
     }
 }
 
+impl TileConfig {
+    /// Ping-pong rows: a `wgmma` row whose one warpgroup tile is the whole block tile (each
+    /// consumer computes a tile of its own), without clusters.
+    const fn check_ping_pong(&self) -> Result<(), &'static str> {
+        if self.warp.0 != self.block.0 {
+            return Err("a ping-pong warpgroup computes a whole block tile");
+        }
+        if self.cluster_m != 1 {
+            return Err("ping-pong blocks form no clusters");
+        }
+        self.check_wgmma()
+    }
+}
+
 #[cfg(not(target_arch = "nvptx64"))]
 impl TileConfig {
     /// The name a row's fields give it: `tc` (`mma.sync`) or `wg` (`wgmma`) and the oldest
     /// compute capability whose PTX has it, the block tile, the warp tile, the stages where
-    /// the mainloop has a choice, and a cluster of more than one block.
+    /// the mainloop has a choice, a cluster of more than one block, and `_pp` on ping-pong rows.
     pub fn name_from_fields(&self) -> String {
         let (bm, bn, bk) = self.block;
         let (wm, wn) = self.warp;
@@ -161,8 +176,9 @@ impl TileConfig {
             1 => String::new(),
             m => format!("_c{m}x1"),
         };
+        let schedule = if self.is_ping_pong() { "_pp" } else { "" };
         format!(
-            "{kind}{}_{bm}x{bn}x{bk}_{wm}x{wn}{stages}{cluster}",
+            "{kind}{}_{bm}x{bn}x{bk}_{wm}x{wn}{stages}{cluster}{schedule}",
             self.min_sm()
         )
     }
@@ -338,6 +354,44 @@ mod tests {
                 "whole 64-wide boxes",
             ),
             (TileConfig { stages: 1, ..base }, "at least 2"),
+        ];
+        each_breaks(&cases);
+    }
+
+    /// A ping-pong row keeps the `wgmma` rules, a warpgroup a whole block tile and no
+    /// clusters; its shared memory holds both consumers' C tiles besides the ring, so six
+    /// stages of 128×128 do not fit Hopper.
+    #[test]
+    fn each_ping_pong_rule_rejects_the_row_that_breaks_it() {
+        let base = row("wg90_128x128x64_128x128_s5_pp");
+        assert_eq!(base.threads(), 384);
+        assert_eq!(
+            base.smem_bytes(),
+            2 * 128 * 128 * 2 + 5 * 256 * 64 * 2 + 5 * 16
+        );
+        let cases: [(TileConfig, &str); 4] = [
+            (
+                TileConfig {
+                    warp: (64, 128),
+                    ..base
+                },
+                "whole block tile",
+            ),
+            (
+                TileConfig {
+                    cluster_m: 2,
+                    ..base
+                },
+                "no clusters",
+            ),
+            (
+                TileConfig {
+                    instruction: (64, 64, 16),
+                    ..base
+                },
+                "m64nNk16",
+            ),
+            (TileConfig { stages: 6, ..base }, "fit the shared memory"),
         ];
         each_breaks(&cases);
     }

@@ -83,37 +83,37 @@ fn f16_packed(acc: &[u32], j: usize) -> u32 {
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
 #[repr(C, align(1024))]
-struct Atom([u8; ATOM_BYTES as usize]);
+pub(super) struct Atom([u8; ATOM_BYTES as usize]);
 
 /// The ring of stages in shared memory (each an A tile then a B tile), then one `full` and one
 /// `empty` barrier per stage.
 #[derive(Clone, Copy)]
-struct Ring<const STAGES: usize> {
-    base: u32,
-    a_bytes: u32,
-    b_bytes: u32,
+pub(super) struct Ring<const STAGES: usize> {
+    pub(super) base: u32,
+    pub(super) a_bytes: u32,
+    pub(super) b_bytes: u32,
 }
 
 impl<const STAGES: usize> Ring<STAGES> {
     #[inline(always)]
-    fn a(&self, s: u32) -> u32 {
+    pub(super) fn a(&self, s: u32) -> u32 {
         self.base + s * (self.a_bytes + self.b_bytes)
     }
     #[inline(always)]
-    fn b(&self, s: u32) -> u32 {
+    pub(super) fn b(&self, s: u32) -> u32 {
         self.a(s) + self.a_bytes
     }
     #[inline(always)]
-    fn full(&self, s: u32) -> u32 {
+    pub(super) fn full(&self, s: u32) -> u32 {
         self.a(STAGES as u32) + 8 * s
     }
     #[inline(always)]
-    fn empty(&self, s: u32) -> u32 {
+    pub(super) fn empty(&self, s: u32) -> u32 {
         self.full(STAGES as u32) + 8 * s
     }
     /// Stage and phase parity of K step `kt`.
     #[inline(always)]
-    fn slot(kt: u32) -> (u32, u32) {
+    pub(super) fn slot(kt: u32) -> (u32, u32) {
         (kt % STAGES as u32, (kt / STAGES as u32) & 1)
     }
 }
@@ -213,7 +213,7 @@ fn produce<const STAGES: usize, const CM: usize, const A_MN: bool, const B_MN: b
 /// stored MN-major (`MN`), counted at `full`; into every block of the cluster in the bit mask
 /// `to`, or where it is 0 into this block alone.
 #[inline(always)]
-fn load_operand<const MN: bool>(
+pub(super) fn load_operand<const MN: bool>(
     dst: u32,
     map: *const u8,
     (mn0, rows): (u32, u32),
@@ -284,10 +284,15 @@ fn consume<
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
     let at = (ring, (row0, n0), (wg, lane), map_c);
-    if plain(p) && staged(p) {
-        store_staged::<A, MI, BN, WG, STAGES, true>(p, &acc, at);
-    } else if staged(p) {
-        store_staged::<A, MI, BN, WG, STAGES, false>(p, &acc, at);
+    if staged(p) {
+        if plain(p) {
+            store_staged::<A, MI, BN, WG, STAGES, true>(p, &acc, at);
+        } else {
+            store_staged::<A, MI, BN, WG, STAGES, false>(p, &acc, at);
+        }
+        if lane == 0 {
+            bulk_wait_read::<0>();
+        }
     } else {
         for (mi, acc) in acc.iter().enumerate() {
             for j in 0..BN / 4 {
@@ -302,7 +307,7 @@ fn consume<
 /// Whether the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate): then the
 /// accumulators go to C as they are, rounded to fp16, without any arithmetic.
 #[inline(always)]
-fn plain(p: &Args) -> bool {
+pub(super) fn plain(p: &Args) -> bool {
     let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
     plain && p.bias.is_null() && p.gate.is_null()
 }
@@ -313,7 +318,7 @@ fn plain(p: &Args) -> bool {
 /// a thread's pairs as 4-byte words; that store pattern, not the arithmetic, is most of its
 /// cost (`docs/gemm.md`).
 #[inline(always)]
-fn staged(p: &Args) -> bool {
+pub(super) fn staged(p: &Args) -> bool {
     let bias_words = (p.bias as usize).is_multiple_of(4);
     p.beta == 0.0 && p.gate.is_null() && bias_words && copy_engine_reaches(p.c as u64, p.ldc as u64)
 }
@@ -364,10 +369,11 @@ fn bias_words(p: &Args, c0: u32, lane: u32) -> [u32; BIAS_PART / 8] {
 /// warpgroup's staging area, 64 × 64 boxes laid out as C's tensor map says, then one tensor
 /// store a box, which writes only what lies inside C. The staging areas lie in the ring,
 /// which nothing writes after the last K step once every consumer warpgroup's last batch has
-/// completed (the first barrier). The issuing thread waits until the copy engine has read
-/// them, so the block does not end before.
+/// completed (the first barrier). The issuing thread (lane 0) commits the stores as one bulk
+/// group; the caller waits until the copy engine has read them before the area is written
+/// again or the block ends.
 #[inline(always)]
-fn store_staged<
+pub(super) fn store_staged<
     A: Accumulator,
     const MI: usize,
     const BN: usize,
@@ -417,7 +423,6 @@ fn store_staged<
             }
         }
         bulk_commit();
-        bulk_wait_read::<0>();
     }
 }
 
@@ -427,7 +432,7 @@ fn store_staged<
 /// `wgmma` reads it orders have completed at their wait, and a cluster-scope release (a fence
 /// for the thread's outstanding memory operations) made the kernel 30% slower.
 #[inline(always)]
-fn release<const CM: usize>(bar: u32, r: u32) {
+pub(super) fn release<const CM: usize>(bar: u32, r: u32) {
     if CM > 1 {
         mbar_arrive_cluster(peer_addr(bar, r));
     } else {

@@ -91,6 +91,7 @@ fn mainloop(m: Mainloop) -> &'static str {
         Mainloop::Staged => "staged",
         Mainloop::CpAsync => "cp_async",
         Mainloop::Wgmma => "wgmma",
+        Mainloop::PingPong => "ping_pong",
     }
 }
 
@@ -106,6 +107,12 @@ pub fn explain(c: &TileConfig) -> String {
         "block tile   {bm}×{bn} of C, K in slices of {bk}; {} threads",
         c.threads()
     );
+    if c.is_ping_pong() {
+        let _ = writeln!(
+            s,
+            "schedule     persistent blocks, one an SM, walking the tiles; two consumer warpgroups take them in turn, one's epilogue beside the other's mainloop"
+        );
+    }
     if c.is_wgmma() {
         explain_wgmma(&mut s, c);
     } else {
@@ -122,8 +129,13 @@ pub fn explain(c: &TileConfig) -> String {
         "accumulators {f32} fp32 registers a thread ({f16} with fp16 sums, two a register)"
     );
     let stage = (bm + bn) * bk * 2;
+    let staging = if c.is_ping_pong() {
+        format!(" + 2 staged C tiles of {bm}×{bn} fp16")
+    } else {
+        String::new()
+    };
     let barriers = if c.is_wgmma() {
-        format!(" + {} B of mbarriers", c.stages * 16)
+        format!("{staging} + {} B of mbarriers", c.stages * 16)
     } else {
         String::new()
     };
@@ -199,9 +211,14 @@ fn explain_wgmma(s: &mut String, c: &TileConfig) {
     let (wm, wn) = c.warp;
     let (gm, _) = warp_grid(c);
     let per_group = wm / descriptor::WGMMA_M;
+    let consumers = if c.is_ping_pong() {
+        format!("2 consumers, each a whole {wm}×{wn} tile of its own, in turn")
+    } else {
+        format!("{gm} consumers stacked along M, each {wm}×{wn}")
+    };
     let _ = writeln!(
         s,
-        "warpgroups   {gm} consumers stacked along M, each {wm}×{wn}; one producer warpgroup issues the tensor copies"
+        "warpgroups   {consumers}; one producer warpgroup issues the tensor copies"
     );
     let _ = writeln!(
         s,

@@ -18,14 +18,14 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, mnk: (usize, usize, usize), usage
     split_for(gpu.sm_count() as usize, c, mnk, usage)
 }
 
-/// How many K slices to give an M×N×K product on row `c` with `sms` SMs: one where its tiles
-/// give more than half the SMs a block, or where it takes no SGD step and K is at most
-/// [`UNSPLIT_MAX_K`]; else enough for about two blocks per SM, each slice at least 2 K steps
+/// How many K slices to give an M×N×K product on row `c` with `sms` SMs: one on a `wgmma`
+/// row (which does not split K), where its tiles give more than half the SMs a block, or where
+/// it takes no SGD step and K is at most [`UNSPLIT_MAX_K`]; else enough for about two blocks per SM, each slice at least 2 K steps
 /// deep, at most 32. A stepping product keeps its split at any depth: the reduction then takes
 /// the step, spreading its 18 bytes an element over the whole GPU.
 fn split_for(sms: usize, c: &TileConfig, (m, n, k): (usize, usize, usize), usage: Usage) -> usize {
     let tiles = c.tiles(m, n);
-    if 2 * tiles > sms || (!usage.steps && k <= UNSPLIT_MAX_K) {
+    if c.is_wgmma() || 2 * tiles > sms || (!usage.steps && k <= UNSPLIT_MAX_K) {
         1
     } else {
         (2 * sms / tiles).min(k / (2 * c.block.2)).clamp(1, 32)
@@ -130,7 +130,7 @@ fn choose_wgmma(
     let mut best = None;
     for c in TILE_CONFIGS
         .iter()
-        .filter(|c| c.is_wgmma() && c.in_ptx(target))
+        .filter(|c| c.is_wgmma() && !c.is_ping_pong() && c.in_ptx(target))
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && usage.admits(c, k))
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
     {
@@ -198,6 +198,9 @@ mod tests {
         assert_eq!(split_for(H200_SMS, c, (128, 256, 784), plain), 6);
         // Enough tiles for every SM: no split.
         assert_eq!(split_for(H200_SMS, c, (2048, 4096, 784), plain), 1);
+        // A `wgmma` row, which a preference may give few tiles: never split.
+        let wg = &rows::wg90_128x128x64_128x128_s5_pp;
+        assert_eq!(split_for(H200_SMS, wg, (128, 256, 4096), plain), 1);
     }
 
     #[test]

@@ -60,13 +60,12 @@ pub fn svg(c: &TileConfig) -> String {
                 wn as f64 * scale,
                 wm as f64 * scale
             );
-            let label = if c.is_wgmma() { "wg" } else { "w" };
             let _ = writeln!(
                 s,
-                r#"<text x="{:.1}" y="{:.1}">{label}{}</text>"#,
+                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
                 x + 4.0,
                 y + 14.0,
-                gi * gn + gj
+                tile_label(c, gi * gn + gj)
             );
         }
     }
@@ -80,6 +79,18 @@ pub fn svg(c: &TileConfig) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// The label of warp (or warpgroup) tile `i`; on a ping-pong row both consumer warpgroups
+/// compute the whole block tile, a tile each in turn.
+fn tile_label(c: &TileConfig, i: usize) -> String {
+    if c.is_ping_pong() {
+        "wg0, wg1: a whole tile each, in turn".to_string()
+    } else if c.is_wgmma() {
+        format!("wg{i}")
+    } else {
+        format!("w{i}")
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +109,8 @@ mod tests {
         let wg = svg(row("wg90_256x128x64_128x128_s4").unwrap());
         assert_eq!(wg.matches(r#"stroke-width="2""#).count(), 2);
         assert_eq!(wg.matches("#dde8f6").count(), 2);
+        let pp = svg(row("wg90_128x128x64_128x128_s5_pp").unwrap());
+        assert_eq!(pp.matches(r#"stroke-width="2""#).count(), 1);
+        assert!(pp.contains(">wg0, wg1: a whole tile each, in turn<"));
     }
 }

@@ -59,6 +59,11 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
             DIRECT_WARP.1,
             32 * DIRECT_WARPS,
         ),
+        // Persistent blocks: one an SM (their shared memory allows no more), or a tile each.
+        Version::Tensor(c, _) if c.is_ping_pong() => LaunchConfig {
+            grid_dim: ((c.tiles(p.m, p.n) as u32).min(gpu.sm_count()), 1, 1),
+            ..cfg(c.block.0, c.block.1, c.threads())
+        },
         Version::Tensor(c, _) => {
             // Clusters stand along M: the grid holds whole ones, whose blocks past M read zeros
             // and store nothing.

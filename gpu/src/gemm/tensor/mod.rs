@@ -111,7 +111,7 @@ pub fn gemm<
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every row of `tile_configs!` this PTX's
-/// architecture supports: the `mma.sync` rows (`warpgroup` exports the `wgmma` ones).
+/// architecture supports: the `mma.sync` rows (`warpgroup` and `pingpong` export the others).
 macro_rules! export_tensor {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
@@ -125,6 +125,7 @@ macro_rules! export_tensor {
         export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, true);
     };
     (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, wgmma) => {};
+    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, ping_pong) => {};
     (@acc $($cfg:tt)*) => {
         export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
         export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);

@@ -1,0 +1,272 @@
+//! The ping-pong rung (sm_90a): a persistent, warp-specialized `wgmma` kernel. Each block
+//! stays resident and walks the tiles `block_x`, `block_x + grid_x`, …; its two consumer
+//! warpgroups take those tiles in turn, each a whole `BM`×`BN` tile, so one warpgroup's
+//! epilogue (and the ramp of its next tile) runs while the other's mainloop keeps the tensor
+//! cores busy. The producer warpgroup fills one ring of stages for both, in the order the
+//! tiles are walked, and stays a tile ahead across the turns.
+//!
+//! The turns are ordered: a warpgroup starts a tile's mainloop only once the other has issued
+//! its own (two named barriers, one a direction). That is also what keeps the ring's parity
+//! waits sound: every stage the other read was full, so a stage's `full` barrier is never more
+//! than one phase behind the K step a consumer waits for.
+//!
+//! The producer keeps few registers and gives the rest to the consumers (`setmaxnreg`,
+//! [`PING_PONG_REGISTERS`]).
+//!
+//! Shared memory: each consumer's staging area for C (`BM`×`BN` fp16 as the copy engine's
+//! 64 × 64 boxes), then the ring, then its barriers ([`ping_pong_smem_bytes`](super::TileConfig)).
+use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
+use super::descriptor::{accumulator_pair, operand_descriptor};
+use super::simt::store_pair;
+use super::warpgroup::{Accumulator, Atom, Ring, load_operand, plain, release};
+use super::warpgroup::{staged, store_staged};
+use super::{Args, PING_PONG_REGISTERS};
+use crate::arch::*;
+
+/// Tile rows (of M) walked together: consecutive tiles of a block's walk share B's columns
+/// over this many rows, and A's rows over the whole row of tiles, so both stay in L2.
+const GROUP_M: u32 = 8;
+
+/// Named barriers: 1 (the block's start), then the turn barriers a warpgroup waits at (one
+/// each), then each consumer's own for its epilogue.
+const TURN: u32 = 4;
+const EPILOGUE: u32 = 2;
+
+/// The tiles of an M×N output walked by one block: `(m0, n0)` of its `i`-th, if it has one.
+#[derive(Clone, Copy)]
+struct Walk {
+    tiles_m: u32,
+    tiles_n: u32,
+    first: u32,
+    step: u32,
+}
+
+impl Walk {
+    #[inline(always)]
+    fn new(p: &Args, (bm, bn): (u32, u32)) -> Walk {
+        Walk {
+            tiles_m: p.m.div_ceil(bm),
+            tiles_n: p.n.div_ceil(bn),
+            first: block_x(),
+            step: grid_dim_x(),
+        }
+    }
+
+    /// Tile `i` of this block's walk as (tile row, tile column): tiles numbered a group of
+    /// [`GROUP_M`] tile rows at a time, column by column within a group.
+    #[inline(always)]
+    fn tile(&self, i: u32) -> Option<(u32, u32)> {
+        let t = self.first + i * self.step;
+        if t >= self.tiles_m * self.tiles_n {
+            return None;
+        }
+        let per_group = GROUP_M * self.tiles_n;
+        let group = t / per_group;
+        let rows = (self.tiles_m - group * GROUP_M).min(GROUP_M);
+        let within = t % per_group;
+        Some((group * GROUP_M + within % rows, within / rows))
+    }
+}
+
+/// The ping-pong GEMM: two consumer warpgroups, each `MI` 64-row blocks of a `BN`-wide tile
+/// (BM = 64·MI), and a producer warpgroup; `STAGES` stages. `A_MN`/`B_MN` and `maps` as in
+/// [`super::warpgroup::gemm`].
+#[inline(always)]
+pub fn gemm<
+    A: Accumulator,
+    const BN: usize,
+    const MI: usize,
+    const STAGES: usize,
+    const A_MN: bool,
+    const B_MN: bool,
+>(
+    p: Args,
+    maps: *const u8,
+) {
+    let bm = WGMMA_M * MI;
+    let base = shared_addr(dynamic_shared::<Atom>());
+    let staging = Ring::<STAGES> {
+        base,
+        a_bytes: 0,
+        b_bytes: 0,
+    };
+    let ring = Ring::<STAGES> {
+        base: base + 2 * (MI * BN / 64) as u32 * C_BOX_BYTES,
+        a_bytes: (bm * BK * 2) as u32,
+        b_bytes: (BN * BK * 2) as u32,
+    };
+    if thread_x() == 0 {
+        for s in 0..STAGES as u32 {
+            mbar_init(ring.full(s), 1);
+            mbar_init(ring.empty(s), 1);
+        }
+    }
+    sync_threads();
+    let walk = Walk::new(&p, (bm as u32, BN as u32));
+    let steps = p.k.div_ceil(BK as u32);
+    let wg = thread_x() / 128;
+    if wg == 2 {
+        setmaxnreg_dec::<{ PING_PONG_REGISTERS.producer }>();
+        if thread_x() == 256 {
+            produce::<STAGES, A_MN, B_MN>(ring, walk, (bm as u32, BN as u32), steps, maps);
+        }
+        return;
+    }
+    setmaxnreg_inc::<{ PING_PONG_REGISTERS.consumer }>();
+    let map_c = unsafe { maps.add(2 * MAP_BYTES) };
+    let lane = thread_x() % 128;
+    let mut i = wg;
+    while let Some((tm, tn)) = walk.tile(i) {
+        // The other warpgroup has issued the last batch of the tile before this one.
+        if i > 0 {
+            bar_sync_n(TURN + wg, 256);
+        }
+        let next = walk.tile(i + 1).is_some().then_some(TURN + (1 - wg));
+        let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), next);
+        let at = (tm * bm as u32, tn * BN as u32);
+        epilogue::<A, BN, MI, STAGES>(&p, &acc, (staging, at, (wg, lane), map_c));
+        i += 2;
+    }
+    // The block ends only once the copy engine has read the last staged tile.
+    if lane == 0 {
+        bulk_wait_read::<0>();
+    }
+}
+
+/// The producer (one thread): every K step of every tile of the walk into the ring, in
+/// order, each stage refilled once the consumer that read its previous K step released it.
+#[inline(always)]
+fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
+    ring: Ring<STAGES>,
+    walk: Walk,
+    (bm, bn): (u32, u32),
+    steps: u32,
+    maps: *const u8,
+) {
+    let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
+    let mut g = 0;
+    let mut i = 0;
+    while let Some((tm, tn)) = walk.tile(i) {
+        for kt in 0..steps {
+            let (s, parity) = Ring::<STAGES>::slot(g);
+            if g >= STAGES as u32 {
+                mbar_wait::<false>(ring.empty(s), parity ^ 1);
+            }
+            let (k0, full) = (kt * BK as u32, ring.full(s));
+            mbar_expect(full, ring.a_bytes + ring.b_bytes);
+            load_operand::<A_MN>(ring.a(s), map_a, (tm * bm, bm), k0, (full, 0));
+            load_operand::<B_MN>(ring.b(s), map_b, (tn * bn, bn), k0, (full, 0));
+            g += 1;
+        }
+        i += 1;
+    }
+}
+
+/// A consumer warpgroup's mainloop over one tile, whose K steps are the ring's `g0`,
+/// `g0 + 1`, …: a batch of `wgmma` per K step kept in flight while the next is issued, each
+/// stage released once the batch that read it has completed, the last one too (the other
+/// warpgroup's next tile reuses it). Once the last batch is issued, the warpgroup arrives at
+/// the other's turn barrier `next`, if the other has a next tile: its first batch then
+/// queues behind this one's last, and the tensor cores do not drain between the tiles.
+#[inline(always)]
+fn mainloop<
+    A: Accumulator,
+    const BN: usize,
+    const MI: usize,
+    const STAGES: usize,
+    const A_MN: bool,
+    const B_MN: bool,
+>(
+    ring: Ring<STAGES>,
+    (g0, steps): (u32, u32),
+    next: Option<u32>,
+) -> [A; MI] {
+    let lane = thread_x() % 128;
+    let mut acc = [A::ZERO; MI];
+    for g in g0..g0 + steps {
+        let (s, parity) = Ring::<STAGES>::slot(g);
+        mbar_wait::<false>(ring.full(s), parity);
+        wgmma_fence();
+        for ks in 0..(BK / 16) as u32 {
+            let b = operand_descriptor(ring.b(s), !B_MN, 0, ks);
+            for (mi, acc) in acc.iter_mut().enumerate() {
+                acc.mma::<A_MN, B_MN>(operand_descriptor(ring.a(s), !A_MN, mi as u32, ks), b);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait::<1>();
+        if g > g0 && lane == 0 {
+            release::<1>(ring.empty(Ring::<STAGES>::slot(g - 1).0), 0);
+        }
+    }
+    if let Some(turn) = next {
+        bar_arrive_n(turn, 256);
+    }
+    wgmma_wait::<0>();
+    if lane == 0 {
+        release::<1>(ring.empty(Ring::<STAGES>::slot(g0 + steps - 1).0), 0);
+    }
+    acc
+}
+
+/// A tile's epilogue: through the copy engine from the warpgroup's own staging area where the
+/// epilogue allows it, else pair by pair. The staging area is free once the previous tile's
+/// tensor stores have read it: their issuing thread waits for that here, a whole mainloop
+/// after it issued them, and the barrier holds the warpgroup's other threads until it has.
+#[inline(always)]
+fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const STAGES: usize>(
+    p: &Args,
+    acc: &[A; MI],
+    (staging, (m0, n0), (wg, lane), map_c): (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
+) {
+    if staged(p) {
+        if lane == 0 {
+            bulk_wait_read::<0>();
+        }
+        bar_sync_n(EPILOGUE + wg, 128);
+        let at = (staging, (m0, n0), (wg, lane), map_c);
+        if plain(p) {
+            store_staged::<A, MI, BN, 1, STAGES, true>(p, acc, at);
+        } else {
+            store_staged::<A, MI, BN, 1, STAGES, false>(p, acc, at);
+        }
+    } else {
+        for (mi, acc) in acc.iter().enumerate() {
+            for j in 0..BN / 4 {
+                let (r, c) = accumulator_pair(lane as usize, j);
+                let (v0, v1) = acc.pair(j);
+                store_pair(p, m0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
+            }
+        }
+    }
+}
+
+/// Exports `gemm_<config>_<layout>_<acc>` for every ping-pong row of `tile_configs!` (this
+/// module is built into sm_90a PTX alone): each warpgroup's tile `bm`×`bn`, `st` stages.
+macro_rules! export_ping_pong {
+    ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
+        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
+        export_ping_pong!(@sm $mainloop, $name, $bm, $bn, $st);
+    )*};
+    // Per layout, whether A and B are stored MN-major, as the warpgroup rungs take them.
+    (@sm ping_pong, $name:ident, $bm:expr, $bn:expr, $st:expr) => {
+        export_ping_pong!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $st);
+        export_ping_pong!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $st);
+        export_ping_pong!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $st);
+        export_ping_pong!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $st);
+        export_ping_pong!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $st);
+        export_ping_pong!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $st);
+    };
+    (@sm $other:tt, $($row:tt)*) => {};
+    (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
+     $bm:expr, $bn:expr, $st:expr) => {
+        const _: () = {
+            #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
+            unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
+                let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
+                gemm::<$acc, $bn, { $bm / 64 }, $st, $a_mn, $b_mn>(p, maps);
+            }
+        };
+    };
+}
+crate::tile_configs!(export_ping_pong);
