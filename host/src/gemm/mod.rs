@@ -14,7 +14,7 @@ pub use choose::{choose_config, choose_split, choose_version};
 pub use launch::{
     Ptrs, launch, launch_on, launch_roof, refuses, roof_kernels, split_slices, workspace_len,
 };
-pub use prefer::{LARGE_OUTPUT, PREFERENCES, Preference, Size};
+pub use prefer::{PREFERENCES, Preference, Size};
 pub use problem::{Problem, SgdStep};
 pub use usage::Usage;
 pub use version::Version;

@@ -7,21 +7,34 @@ use super::usage::Usage;
 use gpu::gemm::{TILE_CONFIGS, TileConfig, rows};
 use gpu::target::Target;
 
-/// Outputs of at least this many elements are [`Size::Large`]: 4096 × 4096, where every SM
-/// has tiles to spare at any row's tile size and the mainloop, not the grid, sets the pace.
-pub const LARGE_OUTPUT: usize = 4096 * 4096;
-
-/// Which products a preference covers, by their output's size.
+/// Which products a preference covers, by their output's size ([`Size::CLASSES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Size {
-    /// M·N of at least [`LARGE_OUTPUT`].
+    /// M·N from 2048 × 4096: with 128×128 tiles, about four an SM of a 132-SM GPU, enough
+    /// for a persistent block to overlap one tile's epilogue with the next one's mainloop.
+    Medium,
+    /// M·N from 4096 × 4096, where every SM has tiles to spare at any row's tile size and
+    /// the mainloop, not the grid, sets the pace.
     Large,
 }
 
 impl Size {
+    /// Each class with the fewest output elements it covers, largest first; a class ends
+    /// where the one before it begins.
+    pub const CLASSES: [(Size, usize); 2] =
+        [(Size::Large, 4096 * 4096), (Size::Medium, 2048 * 4096)];
+
     /// The size class of an M×N output, if it has one.
     pub fn of(m: usize, n: usize) -> Option<Size> {
-        (m * n >= LARGE_OUTPUT).then_some(Size::Large)
+        Self::CLASSES
+            .iter()
+            .find(|(_, from)| m * n >= *from)
+            .map(|(size, _)| *size)
+    }
+
+    /// The fewest output elements any class covers.
+    pub fn smallest() -> usize {
+        Self::CLASSES[Self::CLASSES.len() - 1].1
     }
 }
 
@@ -44,6 +57,10 @@ pub const PREFERENCES: &[Preference] = &[
     // Hopper: the 128×256 tile in clusters of two blocks sharing B won both square4096 and
     // square8192 on an H200 (`host gemm --tune --sizes square4096,square8192`).
     prefer(90, Size::Large, rows::wg90_128x256x64_64x256_s4_c2x1),
+    // Hopper, from 2048 × 4096 (the first layer at batch 2048 of 784-4096-10): the ping-pong
+    // row won 2048x4096x784 on an H200 and ran at 97% of the winner at 2048x4096x4096
+    // (`host gemm --tune --sizes 2048x4096x784,2048x4096x4096`).
+    prefer(90, Size::Medium, rows::wg90_128x128x64_128x128_s5_pp),
 ];
 
 /// The row GPU `sm` prefers for an M×N×K product of `usage`, with PTX `target` and `smem` bytes
@@ -83,6 +100,16 @@ mod tests {
     }
 
     #[test]
+    fn each_output_falls_in_the_class_it_reaches() {
+        assert_eq!(Size::of(4096, 4096), Some(Size::Large));
+        assert_eq!(Size::of(8192, 2048), Some(Size::Large));
+        assert_eq!(Size::of(4096, 4095), Some(Size::Medium));
+        assert_eq!(Size::of(2048, 4096), Some(Size::Medium));
+        assert_eq!(Size::of(2048, 4095), None);
+        assert_eq!(Size::smallest(), 2048 * 4096);
+    }
+
+    #[test]
     fn a_preference_applies_where_its_row_can_run() {
         let sm90a = Target {
             sm: 90,
@@ -93,6 +120,9 @@ mod tests {
         let aligned = Usage::aligned(8192, 8192);
         let want = TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[0].row);
         assert_eq!(preferred(hopper, big, aligned), want);
+        let medium = (2048, 4096, 784);
+        let want = TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[1].row);
+        assert_eq!(preferred(hopper, medium, Usage::aligned(784, 4096)), want);
         // Small outputs, portable PTX, a capped block, another GPU, unaligned operands, an
         // SGD step: the general procedure.
         assert_eq!(preferred(hopper, (1024, 1024, 8192), aligned), None);

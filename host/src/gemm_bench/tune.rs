@@ -75,7 +75,7 @@ fn rank<'a>(s: &mut String, sm: u32, rows: impl Iterator<Item = &'a Row>) {
             let _ = writeln!(
                 s,
                 "  no preference line: outputs under {} elements have no size class",
-                crate::gemm::LARGE_OUTPUT
+                Size::smallest()
             );
         }
         (_, None) => {
