@@ -61,6 +61,31 @@ fn one_replica_through_nccl_trains_exactly_as_one_gpu() {
     assert!(e.contains("--gpus 64") && e.contains("present"), "{e}");
 }
 
+/// From 1024 rows a weight gradient on Hopper takes a `wgmma` product and then an update of its
+/// layer alone, on its stream: the steps must still be a replica's to the bit, which updates
+/// every parameter at once from the same gradients. (Elsewhere the gradients' kernels step, as
+/// above.) 1024 × 1024 units is the smallest such first layer that `wgmma` tiles fill.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn weight_gradients_stepped_apart_train_as_a_replica_does() {
+    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
+    let ds = mnist();
+    let o = Options {
+        hidden: vec![1024],
+        batch: 1024,
+        ..layered()
+    };
+    let alone = train(&g, &o, &ds).unwrap();
+    let one = Options {
+        gpus: 1,
+        parallel: Some(Parallel::Data),
+        ..o
+    };
+    let replica = train_data_parallel(0, &GpuOptions::default(), &one, &ds).unwrap();
+    assert_eq!(alone[0].step_losses, replica[0].step_losses);
+    assert_eq!(alone[0].test_accuracy, replica[0].test_accuracy);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn two_gpus_follow_the_loss_curve_of_one() {

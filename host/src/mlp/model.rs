@@ -80,6 +80,41 @@ pub struct Plan {
 /// for an evaluation's.
 type Plans = [Vec<[Plan; 3]>; 2];
 
+/// The shallowest weight gradient that takes a `wgmma` product and a separate `sgd_update` where
+/// the PTX has `wgmma`, rather than an `mma.sync` product with the step in its epilogue. From
+/// here the product's mainloop, which `wgmma` runs about twice as fast, outweighs the gradient's
+/// round trip through memory (784-4096-10 and 784-2048-2048-10 at batch 2048 train 17% and 13%
+/// faster an epoch); at K = 128 the step's traffic dominates and fusing it wins (784-8192-10 at
+/// batch 128 runs 6% slower apart). `docs/layered.md` has the figures.
+const SEPARATE_STEP_MIN_K: usize = 1024;
+
+/// The plan of a weight gradient of usage `gradient` (which steps on a training step's rows): at
+/// `SEPARATE_STEP_MIN_K` rows or more, a `wgmma` plan without the step where the host would
+/// choose one, the step then a launch of its own ([`Mlp::weight_gradient`]).
+fn gradient_plan(
+    dw: &Problem,
+    gradient: Usage,
+    plan: impl Fn(&Problem, Usage) -> Result<Plan>,
+) -> Result<Plan> {
+    if gradient.steps && dw.k >= SEPARATE_STEP_MIN_K {
+        let apart = Usage {
+            steps: false,
+            ..Usage::aligned(dw.lda, dw.ldb)
+        };
+        let p = plan(
+            dw,
+            Usage {
+                beside: gradient.beside,
+                ..apart
+            },
+        )?;
+        if matches!(p.version, Version::Tensor(c, _) if c.is_wgmma()) {
+            return Ok(p);
+        }
+    }
+    plan(dw, gradient)
+}
+
 /// Every layer's GEMM plans (indexed by [`Product`]) for a training step's rows and for an
 /// evaluation's, `rows`, and the split-K workspace they need on the GPU's stream and beside it.
 fn plan_gemms(
@@ -122,7 +157,7 @@ fn plan_gemms(
             let [fwd, dw, dx] = problems;
             let p = [
                 plan(&fwd, Usage::aligned(fwd.lda, fwd.ldb))?,
-                plan(&dw, gradient)?,
+                gradient_plan(&dw, gradient, plan)?,
                 plan(&dx, Usage::aligned(dx.lda, dx.ldb))?,
             ];
             for (product, (q, prob)) in Product::ALL.into_iter().zip(p.iter().zip(problems)) {
@@ -308,12 +343,6 @@ impl<'g> Mlp<'g> {
         Ok(())
     }
 
-    /// Whether [`Mlp::backward`] can take the SGD step of a training step: the `wgmma` and
-    /// direct GEMMs (a forced `--config`) take none.
-    pub fn steps_in_backward(&self) -> bool {
-        self.plans[0].iter().all(|p| p[1].version.takes_sgd_step())
-    }
-
     /// Where the gradient of the parameters at `off` goes: to `g16`, or with `step` into their
     /// SGD step, which writes their fp16 copy.
     fn gradient_of(&self, off: usize, step: Option<SgdStep>) -> (u64, Sgd) {
@@ -413,7 +442,8 @@ impl<'g> Mlp<'g> {
     }
 
     /// Queues layer `l`'s weight gradient `dW = dᵀ · input` (M = out, N = in, K = rows), or
-    /// with `step` its SGD step, on `on`: a stream and its split-K workspace.
+    /// with `step` its SGD step, on `on`: a stream and its split-K workspace. The step is in the
+    /// GEMM's epilogue where its version takes one, else an `sgd_update` after it on `on`.
     fn weight_gradient(
         &self,
         on: (&CudaStream, u64),
@@ -422,7 +452,11 @@ impl<'g> Mlp<'g> {
         rows: usize,
         step: Option<SgdStep>,
     ) -> Result<()> {
-        let (c, sgd) = self.gradient_of(self.offsets[l].0, step);
+        let w = self.offsets[l].0;
+        let plan =
+            self.plans[usize::from(rows != self.step.rows)][l][Product::WeightGradient as usize];
+        let fused = step.filter(|_| plan.version.takes_sgd_step());
+        let (c, sgd) = self.gradient_of(w, fused);
         let ptrs = Ptrs {
             a: self.grads[l].ptr,
             b: self.input_of(l, x),
@@ -431,7 +465,14 @@ impl<'g> Mlp<'g> {
             velocity: sgd.velocity as u64,
             ..Ptrs::default()
         };
-        self.gemm_on(on, (Product::WeightGradient, l, rows), step, ptrs)
+        self.gemm_on(on, (Product::WeightGradient, l, rows), fused, ptrs)?;
+        match (step, fused) {
+            (Some(step), None) => {
+                let n = self.sizes[l] * self.sizes[l + 1];
+                self.update_on(on.0, step, w..w + n)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Queues on the GPU's stream the first layer's weight gradient for its output `units`
@@ -489,6 +530,11 @@ impl<'g> Mlp<'g> {
     /// One SGD step, on the GPU's stream, over the parameters `range` of the flat buffer from
     /// their gradients in `g16`, in one launch.
     pub fn update(&self, step: SgdStep, range: Range<usize>) -> Result<()> {
+        self.update_on(&self.gpu.stream, step, range)
+    }
+
+    /// [`Mlp::update`] on `stream`.
+    fn update_on(&self, stream: &CudaStream, step: SgdStep, range: Range<usize>) -> Result<()> {
         let p = SgdUpdate {
             w: self.w32.at(range.start),
             w16: self.w16.at(range.start),
@@ -498,7 +544,7 @@ impl<'g> Mlp<'g> {
             lr: step.lr,
             momentum: step.momentum,
         };
-        sgd_update(self.gpu, &self.gpu.stream, p)
+        sgd_update(self.gpu, stream, p)
     }
 
     /// Softmax cross-entropy of the last forward pass against `labels`; writes the mean loss

@@ -298,28 +298,19 @@ impl<'a> Trainer<'a> {
             lr: o.lr,
             momentum: o.momentum,
         };
-        // On one GPU every parameter takes its step in the kernel that makes its gradient
-        // (unless a forced `wgmma` configuration keeps the update apart); replicas store their
-        // gradients, sum them, then step.
+        // On one GPU every parameter takes its step in the kernel that makes its gradient, or
+        // (a weight gradient on a version that takes no step) a launch right after it; replicas
+        // store their gradients, sum them, then step.
         if let (Some(comm), Some(reduction)) = (self.comm, &self.reduction) {
             model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, None)?;
             return reduction.backward_and_step(model, comm, (b.xb.ptr, rows), step);
         }
-        let fused = model.steps_in_backward().then_some(step);
         // Of a split hidden layer, rank 0 alone holds and steps the logits' bias, the last
         // parameters of the flat buffer.
         let steps_bias = self.split.is_none_or(|s| s.rank == 0);
-        let stepped = match steps_bias {
-            true => model.n_params,
-            false => model.offsets.last().unwrap().1,
-        };
-        let bias_step = fused.filter(|_| steps_bias);
+        let bias_step = steps_bias.then_some(step);
         model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, bias_step)?;
-        model.backward(b.xb.ptr, rows, fused)?;
-        match fused {
-            Some(_) => Ok(()),
-            None => model.update(step, 0..stepped),
-        }
+        model.backward(b.xb.ptr, rows, Some(step))
     }
 
     /// The forward pass over `rows` rows of `x`; of a split hidden layer, the logits then summed
