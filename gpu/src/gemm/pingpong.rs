@@ -3,7 +3,7 @@
 //! warpgroups take those tiles in turn, each a whole `BM`×`BN` tile, so one warpgroup's
 //! epilogue (and the ramp of its next tile) runs while the other's mainloop keeps the tensor
 //! cores busy. The producer warpgroup fills one ring of stages for both, in the order the
-//! tiles are walked, and stays a tile ahead across the turns.
+//! tiles are walked, up to `STAGES` K steps ahead of the consumers, across the turns.
 //!
 //! The turns are ordered: a warpgroup starts a tile's mainloop only once the other has issued
 //! its own (two named barriers, one a direction). That is also what keeps the ring's parity
@@ -14,12 +14,12 @@
 //! [`PING_PONG_REGISTERS`]).
 //!
 //! Shared memory: each consumer's staging area for C (`BM`×`BN` fp16 as the copy engine's
-//! 64 × 64 boxes), then the ring, then its barriers ([`ping_pong_smem_bytes`](super::TileConfig)).
+//! 64 × 64 boxes), then the ring, then its barriers ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
 use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::store_pair;
 use super::warpgroup::{Accumulator, Atom, Ring, load_operand, plain, release};
-use super::warpgroup::{staged, store_staged};
+use super::warpgroup::{EPILOGUE_BARRIER, staged, store_staged};
 use super::{Args, PING_PONG_REGISTERS};
 use crate::arch::*;
 
@@ -27,10 +27,9 @@ use crate::arch::*;
 /// over this many rows, and A's rows over the whole row of tiles, so both stay in L2.
 const GROUP_M: u32 = 8;
 
-/// Named barriers: 1 (the block's start), then the turn barriers a warpgroup waits at (one
-/// each), then each consumer's own for its epilogue.
-const TURN: u32 = 4;
-const EPILOGUE: u32 = 2;
+/// Named barriers `TURN + wg`, which consumer warpgroup `wg` waits at for its turn, after its
+/// own epilogue barriers ([`EPILOGUE_BARRIER`]` + wg`); barrier 0 is the block's.
+const TURN: u32 = EPILOGUE_BARRIER + 2;
 
 /// The tiles of an M×N output walked by one block: `(m0, n0)` of its `i`-th, if it has one.
 #[derive(Clone, Copy)]
@@ -223,7 +222,7 @@ fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const STAGES: usiz
         if lane == 0 {
             bulk_wait_read::<0>();
         }
-        bar_sync_n(EPILOGUE + wg, 128);
+        bar_sync_n(EPILOGUE_BARRIER + wg, 128);
         let at = (staging, (m0, n0), (wg, lane), map_c);
         if plain(p) {
             store_staged::<A, MI, BN, 1, STAGES, true>(p, acc, at);

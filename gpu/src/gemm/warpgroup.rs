@@ -364,14 +364,20 @@ fn bias_words(p: &Args, c0: u32, lane: u32) -> [u32; BIAS_PART / 8] {
     })
 }
 
+/// Named barrier `EPILOGUE_BARRIER + wg`: consumer warpgroup `wg`'s own, which its threads
+/// meet at before the staged tile's tensor stores (and, in the ping-pong rung, before writing
+/// its staging area again).
+pub(super) const EPILOGUE_BARRIER: u32 = 2;
+
 /// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 as they are
 /// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the
-/// warpgroup's staging area, 64 × 64 boxes laid out as C's tensor map says, then one tensor
-/// store a box, which writes only what lies inside C. The staging areas lie in the ring,
-/// which nothing writes after the last K step once every consumer warpgroup's last batch has
-/// completed (the first barrier). The issuing thread (lane 0) commits the stores as one bulk
-/// group; the caller waits until the copy engine has read them before the area is written
-/// again or the block ends.
+/// warpgroup's staging area (the `wg`-th from `ring.base`), 64 × 64 boxes as C's tensor map says,
+/// then one tensor store a box, which writes only what lies inside C. The caller makes the
+/// area free: here it lies in the ring, which nothing writes after the last K step once every
+/// consumer warpgroup's last batch has completed (the block-wide barrier 1 where `WG` > 1);
+/// the ping-pong rung gives each consumer an area of its own. The issuing thread (lane 0)
+/// commits the stores as one bulk group; the caller waits until the copy engine has read them
+/// before the area is written again or the block ends.
 #[inline(always)]
 pub(super) fn store_staged<
     A: Accumulator,
@@ -389,7 +395,7 @@ pub(super) fn store_staged<
     if WG > 1 {
         bar_sync_n(1, 128 * WG as u32);
     }
-    // The ring was last written by the copy engine.
+    // The area was last written or read by the copy engine.
     fence_proxy_async_shared();
     let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
     for part in 0..BN.div_ceil(BIAS_PART) {
@@ -413,7 +419,7 @@ pub(super) fn store_staged<
         }
     }
     fence_proxy_async_shared();
-    bar_sync_n(2 + wg, 128);
+    bar_sync_n(EPILOGUE_BARRIER + wg, 128);
     if lane == 0 {
         for mi in 0..MI {
             for b in 0..BN / 64 {

@@ -20,8 +20,8 @@ pub fn choose_split(gpu: &Gpu, c: &TileConfig, mnk: (usize, usize, usize), usage
 
 /// How many K slices to give an M×N×K product on row `c` with `sms` SMs: one on a `wgmma`
 /// row (which does not split K), where its tiles give more than half the SMs a block, or where
-/// it takes no SGD step and K is at most [`UNSPLIT_MAX_K`]; else enough for about two blocks per SM, each slice at least 2 K steps
-/// deep, at most 32. A stepping product keeps its split at any depth: the reduction then takes
+/// it takes no SGD step and K is at most [`UNSPLIT_MAX_K`]; else enough for about two blocks
+/// per SM, each slice at least 2 K steps deep, at most 32. A stepping product keeps its split at any depth: the reduction then takes
 /// the step, spreading its 18 bytes an element over the whole GPU.
 fn split_for(sms: usize, c: &TileConfig, (m, n, k): (usize, usize, usize), usage: Usage) -> usize {
     let tiles = c.tiles(m, n);

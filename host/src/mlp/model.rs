@@ -83,9 +83,8 @@ type Plans = [Vec<[Plan; 3]>; 2];
 /// The shallowest weight gradient that takes a `wgmma` product and a separate `sgd_update` where
 /// the PTX has `wgmma`, rather than an `mma.sync` product with the step in its epilogue. From
 /// here the product's mainloop, which `wgmma` runs about twice as fast, outweighs the gradient's
-/// round trip through memory (784-4096-10 and 784-2048-2048-10 at batch 2048 train 17% and 13%
-/// faster an epoch); at K = 128 the step's traffic dominates and fusing it wins (784-8192-10 at
-/// batch 128 runs 6% slower apart). `docs/layered.md` has the figures.
+/// round trip through memory; at K = 128 the step's traffic dominates and fusing it wins
+/// (`docs/layered.md` has the epochs of both, `host mnist --layered` on an H200).
 const SEPARATE_STEP_MIN_K: usize = 1024;
 
 /// The plan of a weight gradient of usage `gradient` (which steps on a training step's rows): at
@@ -98,16 +97,10 @@ fn gradient_plan(
 ) -> Result<Plan> {
     if gradient.steps && dw.k >= SEPARATE_STEP_MIN_K {
         let apart = Usage {
-            steps: false,
+            beside: gradient.beside,
             ..Usage::aligned(dw.lda, dw.ldb)
         };
-        let p = plan(
-            dw,
-            Usage {
-                beside: gradient.beside,
-                ..apart
-            },
-        )?;
+        let p = plan(dw, apart)?;
         if matches!(p.version, Version::Tensor(c, _) if c.is_wgmma()) {
             return Ok(p);
         }
@@ -144,9 +137,10 @@ fn plan_gemms(
         for l in 0..sizes.len() - 1 {
             let problems = Product::ALL.map(|p| layer::problem(sizes, l, p, r));
             let beside = slot == 0 && weight_gradient_beside(l);
-            // A training step's weight gradients take their SGD step in the epilogue (on
-            // one GPU; replicas of a data-parallel run step after the all-reduce, and keep
-            // the plan).
+            // A training step's weight gradients take their SGD step in the epilogue, or
+            // from `SEPARATE_STEP_MIN_K` rows maybe right after it (`gradient_plan`; on one
+            // GPU: replicas of a data-parallel run step after the all-reduce, and keep the
+            // plan).
             let gradient = Usage {
                 beside,
                 steps: slot == 0,
@@ -362,7 +356,8 @@ impl<'g> Mlp<'g> {
 
     /// Backward from `dlogits` and the logits' bias gradient (both written by [`Mlp::loss`]) to
     /// every parameter gradient; with `step`, every parameter takes that SGD step as soon as its
-    /// gradient is made, and no gradient is stored.
+    /// gradient is made: in the kernel that makes it, or (a weight gradient whose GEMM takes no
+    /// step) by an `sgd_update` right after it, from its gradient stored in `g16`.
     pub fn backward(&self, x: u64, rows: usize, step: Option<SgdStep>) -> Result<()> {
         let main = (&*self.gpu.stream, self.ws.ptr);
         self.backward_then(x, rows, step, || {
