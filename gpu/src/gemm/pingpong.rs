@@ -14,11 +14,12 @@
 //! [`PING_PONG_REGISTERS`]).
 //!
 //! Shared memory: each consumer's staging area for C (`BM`×`BN` fp16 as the copy engine's
-//! 64 × 64 boxes), then the ring, then its barriers ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
+//! 64 × 64 boxes), then the ring, then its barriers
+//! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
+use super::descriptor::accumulator_pair;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
-use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::store_pair;
-use super::warpgroup::{Accumulator, Atom, Ring, load_operand, plain, release};
+use super::warpgroup::{Accumulator, Atom, Ring, k_step, load_operand, plain, release};
 use super::warpgroup::{EPILOGUE_BARRIER, staged, store_staged};
 use super::{Args, PING_PONG_REGISTERS};
 use crate::arch::*;
@@ -183,16 +184,7 @@ fn mainloop<
     let lane = thread_x() % 128;
     let mut acc = [A::ZERO; MI];
     for g in g0..g0 + steps {
-        let (s, parity) = Ring::<STAGES>::slot(g);
-        mbar_wait::<false>(ring.full(s), parity);
-        wgmma_fence();
-        for ks in 0..(BK / 16) as u32 {
-            let b = operand_descriptor(ring.b(s), !B_MN, 0, ks);
-            for (mi, acc) in acc.iter_mut().enumerate() {
-                acc.mma::<A_MN, B_MN>(operand_descriptor(ring.a(s), !A_MN, mi as u32, ks), b);
-            }
-        }
-        wgmma_commit();
+        k_step::<A, MI, STAGES, A_MN, B_MN>(ring, g, 0, &mut acc);
         wgmma_wait::<1>();
         if g > g0 && lane == 0 {
             release::<1>(ring.empty(Ring::<STAGES>::slot(g - 1).0), 0);

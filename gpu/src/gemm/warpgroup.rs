@@ -244,6 +244,35 @@ fn load_box(dst: u32, map: *const u8, xy: (u32, u32), (full, to): (u32, u16)) {
     }
 }
 
+/// One K step of a consumer warpgroup, the ring's `g`-th: waits until its stage is full, then
+/// issues its k16 steps for the `MI` 64-row blocks of A from block `first` as one committed
+/// batch of `wgmma`, which the caller waits for.
+#[inline(always)]
+pub(super) fn k_step<
+    A: Accumulator,
+    const MI: usize,
+    const STAGES: usize,
+    const A_MN: bool,
+    const B_MN: bool,
+>(
+    ring: Ring<STAGES>,
+    g: u32,
+    first: u32,
+    acc: &mut [A; MI],
+) {
+    let (s, parity) = Ring::<STAGES>::slot(g);
+    mbar_wait::<false>(ring.full(s), parity);
+    wgmma_fence();
+    for ks in 0..(BK / 16) as u32 {
+        let b = operand_descriptor(ring.b(s), !B_MN, 0, ks);
+        for (mi, acc) in acc.iter_mut().enumerate() {
+            let block = first + mi as u32;
+            acc.mma::<A_MN, B_MN>(operand_descriptor(ring.a(s), !A_MN, block, ks), b);
+        }
+    }
+    wgmma_commit();
+}
+
 /// A consumer warpgroup: one batch of wgmma per K step, kept in flight while the next is
 /// issued, a stage released once the batch that read it has completed; then the epilogue.
 #[inline(always)]
@@ -265,17 +294,7 @@ fn consume<
     let (wg, lane) = (thread_x() / 128, thread_x() % 128);
     let mut acc = [A::ZERO; MI];
     for kt in 0..p.k.div_ceil(BK as u32) {
-        let (s, parity) = Ring::<STAGES>::slot(kt);
-        mbar_wait::<false>(ring.full(s), parity);
-        wgmma_fence();
-        for ks in 0..(BK / 16) as u32 {
-            let b = operand_descriptor(ring.b(s), !B_MN, 0, ks);
-            for (mi, acc) in acc.iter_mut().enumerate() {
-                let block = wg * MI as u32 + mi as u32;
-                acc.mma::<A_MN, B_MN>(operand_descriptor(ring.a(s), !A_MN, block, ks), b);
-            }
-        }
-        wgmma_commit();
+        k_step::<A, MI, STAGES, A_MN, B_MN>(ring, kt, wg * MI as u32, &mut acc);
         wgmma_wait::<1>();
         if kt > 0 && lane < CM as u32 {
             release::<CM>(ring.empty(Ring::<STAGES>::slot(kt - 1).0), lane);

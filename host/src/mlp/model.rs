@@ -297,6 +297,12 @@ impl<'g> Mlp<'g> {
         self.gemm_on(main, (product, l, rows), None, ptrs)
     }
 
+    /// How layer `l`'s `product` runs over `rows` rows: a training step's plan, or an
+    /// evaluation's.
+    fn plan(&self, product: Product, l: usize, rows: usize) -> Plan {
+        self.plans[usize::from(rows != self.step.rows)][l][product as usize]
+    }
+
     /// [`Mlp::gemm`] on `stream`, with `ws` as its split-K workspace, taking SGD step `sgd`
     /// where the product is a weight gradient that takes one.
     fn gemm_on(
@@ -306,7 +312,7 @@ impl<'g> Mlp<'g> {
         sgd: Option<SgdStep>,
         ptrs: Ptrs,
     ) -> Result<()> {
-        let plan = self.plans[usize::from(rows != self.step.rows)][l][product as usize];
+        let plan = self.plan(product, l, rows);
         let p = Problem {
             split_k: plan.split_k,
             sgd,
@@ -448,8 +454,7 @@ impl<'g> Mlp<'g> {
         step: Option<SgdStep>,
     ) -> Result<()> {
         let w = self.offsets[l].0;
-        let plan =
-            self.plans[usize::from(rows != self.step.rows)][l][Product::WeightGradient as usize];
+        let plan = self.plan(Product::WeightGradient, l, rows);
         let fused = step.filter(|_| plan.version.takes_sgd_step());
         let (c, sgd) = self.gradient_of(w, fused);
         let ptrs = Ptrs {
@@ -479,8 +484,7 @@ impl<'g> Mlp<'g> {
             units.start < units.end && units.end <= outputs && units.start.is_multiple_of(8),
             "units {units:?} of {outputs} are no piece of the first layer"
         );
-        let plan =
-            self.plans[usize::from(rows != self.step.rows)][0][Product::WeightGradient as usize];
+        let plan = self.plan(Product::WeightGradient, 0, rows);
         let p = Problem {
             m: units.len(),
             split_k: plan.split_k,
