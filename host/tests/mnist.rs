@@ -5,7 +5,7 @@ use common::{mnist, one_epoch};
 use cudarc::driver::LaunchConfig;
 use gpu::gemm::{Accum, Sgd};
 use gpu::params::{BiasGrad, GatherBatch, PersistentShuffle};
-use gpu::persistent::{VARIANTS, label_offset, most_batch, row_stride};
+use gpu::persistent::{PAIR, VARIANTS, label_offset, most_batch, row_stride};
 use half::f16;
 use host::cuda::{Arena, Gpu, GpuOptions, ParamBlock, PushKernelArg, dptr};
 use host::kernels;
@@ -351,40 +351,73 @@ fn single_buffer_persistent_steps_match_cpu_reference() {
     }
 }
 
-/// [`persistent_steps_match_cpu_reference`] with two hidden layers (Hopper PTX, fp16
-/// accumulators): the second as wide as the first (128: MNIST's, 16 slices) and narrower (the
-/// slices past its n-tiles are shadows), of a width that ends in half a k-step (24, 40, 136),
-/// at input widths of 3 and 49 dW1 tiles; H1 and dZ2 as flagged lines (a first layer of up to
-/// 128 units) and as counted planes (144).
+/// [`persistent_steps_match_cpu_reference`] with two hidden layers (fp16 accumulators), on
+/// the newest PTX this GPU runs (on Hopper the pairs are clusters) and on sm_80 PTX (the
+/// exchange through global memory): the second as wide as the first (128: MNIST's, 16
+/// slices) and narrower (the slices past its n-tiles are shadows), of a width that ends in
+/// half a k-step (24, 40, 136), at input widths of 3 and 49 dW1 tiles; H1 and dZ2 as flagged
+/// lines (a first layer of up to 128 units) and as counted planes (144).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn deep_persistent_steps_match_cpu_reference() {
-    let g = Gpu::new(0).expect("this test needs a CUDA GPU");
-    let feed = Feed::of("deep");
-    if !feed.variant.exists_in(g.ptx.target()) {
-        eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
-        return;
-    }
     let sizes = [
         [48, 32, 24, 10],
         [784, 128, 128, 10],
         [784, 48, 40, 10],
         [784, 144, 136, 10],
     ];
-    persistent_steps_against_cpu(&g, Some(feed), &sizes, &BATCHES);
-    steps_against_cpu(&g, Some(feed), &sizes, &BATCHES, Draw::Grid);
-    for batch in BATCHES {
-        steps_repeat_across_launches(&g, feed, &[784, 256, 128, 10], batch);
+    for ptx in [None, Some(80)] {
+        let Some(g) = open_with_ptx(ptx) else {
+            continue;
+        };
+        let feed = Feed::of("deep");
+        if !feed.variant.exists_in(g.ptx.target()) {
+            eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
+            continue;
+        }
+        steps_against_cpu(&g, Some(feed), &sizes, &BATCHES, Draw::Grid);
+        persistent_steps_against_cpu(&g, Some(feed), &sizes, &BATCHES);
+        for batch in BATCHES {
+            steps_repeat_across_launches(&g, feed, &[784, 256, 128, 10], batch);
+        }
+        // What it does not take is refused with the reason.
+        for (sizes, batch, why) in [
+            (vec![48, 32, 40, 10], 64, "wider than the one before"),
+            (vec![48, 40, 40, 10], 64, "not a multiple of 16"),
+            (vec![48, 32, 32, 10], 300, "above 256"),
+            (vec![784, 272, 128, 10], 256, "above 256, the widest input"),
+        ] {
+            match persistent::support(&g, &sizes, batch, 4, Accum::F16).unwrap() {
+                Support::No(reason) => assert!(reason.contains(why), "{sizes:?}: {reason}"),
+                Support::Yes(feed) => panic!("{sizes:?} batch {batch} taken by {feed:?}"),
+            }
+        }
     }
-    // What it does not take is refused with the reason.
-    for (sizes, batch, why) in [
-        (vec![48, 32, 40, 10], 64, "wider than the one before"),
-        (vec![48, 40, 40, 10], 64, "not a multiple of 16"),
-        (vec![48, 32, 32, 10], 200, "above 128"),
-    ] {
-        match persistent::support(&g, &sizes, batch, 4, Accum::F16).unwrap() {
-            Support::No(reason) => assert!(reason.contains(why), "{sizes:?}: {reason}"),
-            Support::Yes(feed) => panic!("{sizes:?} batch {batch} taken by {feed:?}"),
+}
+
+/// [`deep_persistent_steps_match_cpu_reference`] with the batch in four parts, whose shares
+/// meet through global memory: batches past 128 (256, and 200 with the last part short),
+/// which the host gives this row, and MNIST's batch and 8 rows in quarters (32 rows a block,
+/// and one block with all 8), on the newest PTX and on sm_80 PTX. One step on integer data
+/// and four steps across launches, as for three layers: with four parts' fp16 shares summed,
+/// random data flips a ReLU within four steps.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn quartered_deep_persistent_steps_match_cpu_reference() {
+    let sizes = [[48, 32, 24, 10], [784, 128, 128, 10], [784, 144, 136, 10]];
+    for ptx in [None, Some(80)] {
+        let Some(g) = open_with_ptx(ptx) else {
+            continue;
+        };
+        let feed = Feed::of("deep_quartered");
+        if !feed.variant.exists_in(g.ptx.target()) {
+            eprintln!("skipped: {feed:?} is not in {}", g.describe_ptx());
+            continue;
+        }
+        let batches = [256, 200, 120, 8];
+        steps_against_cpu(&g, Some(feed), &sizes, &batches, Draw::Grid);
+        for batch in batches {
+            steps_repeat_across_launches(&g, feed, &[784, 128, 128, 10], batch);
         }
     }
 }
@@ -776,13 +809,27 @@ fn steps_repeat_across_launches(g: &Gpu, feed: Feed, sizes: &[usize], batch: usi
             p.run(g, &m, 0, sums, (step0, count), lr, mu).unwrap();
         }
         let bits = |v: Vec<f32>| -> Vec<u32> { v.iter().map(|x| x.to_bits()).collect() };
-        runs.push((bits(m.params().unwrap()), bits(g.download(&loss).unwrap())));
+        runs.push((bits(m.params().unwrap()), g.download(&loss).unwrap()));
     }
-    for (i, run) in runs.iter().enumerate().skip(1) {
+    // The parts of slice 0 add their shares of a step's loss in the order they arrive: two
+    // fp32 adds into zero give the same bits in either order, four need not.
+    let exact_loss = feed.parts() <= PAIR;
+    for (i, (params, losses)) in runs.iter().enumerate().skip(1) {
         assert!(
-            *run == runs[0],
+            *params == runs[0].0,
             "{sizes:?} batch {batch}: launches {i} differ from one launch of four steps"
         );
+        for (k, (l, l0)) in losses.iter().zip(&runs[0].1).enumerate() {
+            let close = (l - l0).abs() <= 1e-6 * l0.abs();
+            assert!(
+                if exact_loss {
+                    l.to_bits() == l0.to_bits()
+                } else {
+                    close
+                },
+                "{sizes:?} batch {batch}: step {k}'s loss, launches {i}: {l} vs {l0}"
+            );
+        }
     }
 }
 

@@ -1,9 +1,10 @@
-//! The layer engine's layout (Hopper, the `deep` rows: two to [`MAX_LAYERS`] hidden layers
+//! The layer engine's layout (the `deep` rows: two to [`MAX_LAYERS`] hidden layers
 //! in one launch): what each block holds in shared memory ([`Plan`]) and what the blocks
 //! share in global memory ([`Scratch`]); the loop is `layers.rs`, the design
 //! `docs/deeper.md`.
 //!
-//! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch.
+//! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch
+//! (or four, each with a quarter: batches past 128).
 //! Every later layer's n-tiles are dealt over the same slices, slice `s` taking n-tile `s`:
 //! where a layer is narrower, the slices past its n-tiles are its shadows, which take no part
 //! in its work. Each layer is a [`Block`](super::context::Block) of its own, so the one-layer
@@ -17,14 +18,15 @@
 //!    `dZ` gathered and W's columns of the slice from the fp16 copy that their owners
 //!    publish as each step starts (two copies alternate, so a step never overwrites a copy
 //!    that a block may still be reading);
-//! 4. each layer's exchange within the pair and update.
+//! 4. each layer's exchange among the slice's parts and update (within a Hopper pair's
+//!    cluster, elsewhere through global memory).
 //!
 //! In the code, layers count from 0 (`bs[0]` is the first hidden layer, whose weights are W1),
 //! and what exists only past the first is indexed `l - 1` (`Scratch`, the later layers'
 //! weights); docs, traces and the host's messages count from 1 (H1, "hidden layer 1").
 //!
 //! Inputs and `dZ` are planes (`plane`) that a block gathers as soon as they carry the step's
-//! flag (a first layer of up to 128 units) or after a meeting of its half's blocks at a
+//! flag (a first layer of up to 128 units) or after a meeting of its part's blocks at a
 //! counter. W's copies need neither: the step's grid barrier orders them. Each plane's next
 //! write follows a grid barrier that its readers pass only after reading it: an input is read
 //! before its step's grid barrier and rewritten the next step; a `dZ` is read before the next
@@ -63,13 +65,14 @@ pub struct Plan {
 }
 
 impl Plan {
-    pub const fn of(batch: usize, layers: usize, widths: Widths) -> Plan {
-        let first = Smem::whole(batch, widths[0], 1, PAIR, false);
+    /// The plan with the batch in `parts` parts (the row's [`Variant::parts`]).
+    pub const fn of(batch: usize, layers: usize, widths: Widths, parts: usize) -> Plan {
+        let first = Smem::whole(batch, widths[0], 1, parts, false);
         let mut plan = [first; MAX_LAYERS];
         let (mut end, mut widest, mut l) = (first.bytes, 0, 1);
         while l < layers {
             let at = end.next_multiple_of(128);
-            plan[l] = Smem::inner(batch, widths[l]).placed(at, first.partials);
+            plan[l] = Smem::inner(batch, widths[l], parts).placed(at, first.partials);
             end = plan[l].bytes;
             if widths[l + 1] > widest {
                 widest = widths[l + 1];
@@ -128,15 +131,30 @@ impl Scratch {
     }
 }
 
-/// The meetings of each half's blocks where the planes are counted (`plane`), `[meeting]
-/// [part]` in [`Params::counters`] after the grid barrier's: two for each layer `l` past the
-/// first, `2(l - 1)` after its input is published and `2(l - 1) + 1` after the gradient of its
-/// output.
+/// The barrier counters in [`Params::counters`] of a model of `layers` hidden layers whose
+/// first has `slices` slices: the grid barrier's, then each layer's slice counters, where the
+/// parts of a slice exchange their shares through global memory ([`exchange_counter`]), then
+/// the layer engine's meetings ([`meeting_counter`]).
+pub const fn counters(layers: usize, slices: usize) -> usize {
+    meetings_at(layers, slices) + MAX_PARTS * meetings(layers)
+}
+/// The counter at which the parts of slice `slice` of layer `layer` exchange.
+pub const fn exchange_counter(layer: usize, slices: usize, slice: usize) -> usize {
+    1 + layer * slices + slice
+}
+/// The meetings of each part's blocks where the planes are counted (`plane`), `[meeting]
+/// [part]` from [`meetings_at`]: two for each layer `l` past the first, `2(l - 1)` after its
+/// input is published and `2(l - 1) + 1` after the gradient of its output.
 pub const fn meetings(layers: usize) -> usize {
     2 * (layers - 1)
 }
+/// The first meeting's counter: past every layer's slice counters.
+pub const fn meetings_at(layers: usize, slices: usize) -> usize {
+    exchange_counter(layers, slices, 0)
+}
+/// Meeting `meeting`'s counter for part `part`, from [`meetings_at`].
 pub const fn meeting_counter(meeting: usize, part: usize) -> usize {
-    1 + PAIR * meeting + part
+    MAX_PARTS * meeting + part
 }
 
 #[cfg(test)]
@@ -149,6 +167,28 @@ mod tests {
         let mut w = [0; MAX_LAYERS + 1];
         w[..sizes.len()].copy_from_slice(sizes);
         w
+    }
+
+    /// A model's counters are apart and fill [`counters`]: the grid barrier's, each layer's
+    /// slice counters, each meeting's of each part.
+    #[test]
+    fn counters_are_apart() {
+        for (layers, slices) in [(1, 16), (2, 16), (2, 64), (4, 33)] {
+            let mut used = vec![0; counters(layers, slices)];
+            used[0] += 1;
+            for l in 0..layers {
+                for s in 0..slices {
+                    used[exchange_counter(l, slices, s)] += 1;
+                }
+            }
+            let at = meetings_at(layers, slices);
+            for m in 0..meetings(layers) {
+                for p in 0..MAX_PARTS {
+                    used[at + meeting_counter(m, p)] += 1;
+                }
+            }
+            assert!(used.iter().all(|&u| u == 1), "{layers} {slices}");
+        }
     }
 
     /// The scratch regions follow one another, each starting 16-byte aligned (flagged lines
@@ -203,7 +243,7 @@ mod tests {
             let layers = hidden.len();
             let mut sizes = vec![784];
             sizes.extend(hidden);
-            let p = Plan::of(128, layers, widths(&sizes));
+            let p = Plan::of(128, layers, widths(&sizes), PAIR);
             let first = p.layers[0];
             assert_eq!(first.bytes, 130_208, "the first layer's one-buffer layout");
             for l in 1..layers {
@@ -219,21 +259,21 @@ mod tests {
             assert_eq!(p.bytes, bytes, "{hidden:?}");
             assert!(p.bytes <= HOPPER_SMEM, "{hidden:?}");
         }
-        let p = Plan::of(128, 4, widths(&[784, 256, 256, 256, 256]));
+        let p = Plan::of(128, 4, widths(&[784, 256, 256, 256, 256]), PAIR);
         assert!(p.bytes > HOPPER_SMEM);
         // The first layer's block lays itself out by its row, the plan by the one-buffer
         // layout: the same bytes in the same places. A later layer's block takes its rows of
         // the batch from its row's layout too, and the plan places its regions: the same rows.
         for v in VARIANTS.iter().filter(|v| v.layers > 1) {
             for batch in [1, 8, 120, 128] {
-                let plan = Plan::of(batch, 3, widths(&[784, 64, 48, 40]));
+                let plan = Plan::of(batch, 3, widths(&[784, 64, 48, 40]), v.parts);
                 for (l, dim) in [(1, 64), (2, 48)] {
                     assert_eq!(plan.layers[l].rows, v.smem(batch, dim, 0).rows, "{batch}");
                 }
             }
             let (row, plan) = (
                 v.smem(128, 784, 0),
-                Plan::of(128, 2, widths(&[784, 64, 64])),
+                Plan::of(128, 2, widths(&[784, 64, 64]), v.parts),
             );
             assert_eq!(
                 (row.x, row.partials, row.bytes),

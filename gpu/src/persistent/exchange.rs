@@ -13,7 +13,9 @@
 //!   update the new fp16 values of its own, which a fourth `mbarrier` counts and the partner
 //!   waits for before its next forward.
 //! - Elsewhere, and for more than two parts, they go to the block's area of the global
-//!   exchange buffer, and the slice's blocks meet at a counter there.
+//!   exchange buffer, and the slice's blocks meet at a counter there: each hidden layer has
+//!   areas and counters of its own, since the layer engine exchanges every layer's shares in
+//!   one step.
 use super::context::{Block, Step};
 use super::owners::{bias_unit, db1_at, w2_word};
 use super::*;
@@ -104,6 +106,13 @@ const fn in_cluster(parts: usize) -> bool {
     HOPPER && parts == PAIR
 }
 
+/// The first word of block `blk`'s exchange area for `b`'s layer: the areas are
+/// `[layer][block]`.
+#[inline(always)]
+fn area_of(b: &Block, blk: usize) -> usize {
+    (b.layer.index as usize * b.blocks as usize + blk) * EXCHANGE
+}
+
 /// Where this block's shares go.
 pub struct Outbox {
     /// Whether they go to the partner in the cluster ([`in_cluster`]).
@@ -133,7 +142,7 @@ impl Outbox {
             },
             // Exchange areas exist only where the slice has no cluster (the host allocates none
             // otherwise): wrapping arithmetic, since the address is formed but never used there.
-            area: opaque_ptr(exchange.wrapping_add(b.blk as usize * EXCHANGE)),
+            area: opaque_ptr(exchange.wrapping_add(area_of(b, b.blk as usize))),
         }
     }
 
@@ -221,7 +230,9 @@ fn wait_for_shares<const P: usize>(b: &Block, s: &Step) {
             expect_shares(b);
         }
     } else {
-        let count = (b.args.counters as *mut u32).wrapping_add(1 + b.slice as usize);
+        let slices = b.blocks as usize / P;
+        let at = exchange_counter(b.layer.index as usize, slices, b.slice as usize);
+        let count = (b.args.counters as *mut u32).wrapping_add(at);
         grid_barrier(count, P as u32 * (s.k + 1), sync_threads);
     }
 }
@@ -263,7 +274,7 @@ pub fn receive<A: Acc, const P: usize, const N: usize, const O: usize, const K: 
     let parts = P;
     let exchange = b.args.exchange as *mut u32;
     let first = b.slice as usize * parts;
-    let area = |q: usize| opaque_ptr(exchange.wrapping_add((first + q) * EXCHANGE)) as *const u32;
+    let area = |q: usize| opaque_ptr(exchange.wrapping_add(area_of(b, first + q))) as *const u32;
     wait_for_shares::<P>(b, s);
     // Word `i` of part `q`'s shares, where this block's is `own`: the others' in the exchange
     // area or, within a cluster, the partner's in this block's shared memory at `shared`. No

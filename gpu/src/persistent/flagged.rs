@@ -8,11 +8,7 @@
 //! no line carries a reader's flag before its writer has stored it. A writer overwrites a line
 //! only after every reader of its last value has passed a later grid barrier (the caller's
 //! rule), so a reader never finds a newer step's flag where it waits for its own.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 pub use kernel::Flagged;
 
 /// 32-bit words of a plane of `rows` rows of `width` fp16 as flagged lines (a 16-byte line for
@@ -22,11 +18,7 @@ pub const fn plane_words(rows: usize, width: usize) -> usize {
 }
 
 // Its one user, the layer engine, is Hopper's alone.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
     use super::super::THREADS;
     use crate::arch::*;

@@ -1,4 +1,4 @@
-//! The layer engine's step loop (Hopper, the `deep` rows): the one-layer step's phases run
+//! The layer engine's step loop (the `deep` rows): the one-layer step's phases run
 //! once per hidden layer, `L` of them, with the gathers between layers that `deep.rs` lays
 //! out; that file's description gives the step. Per-layer values live in arrays indexed by
 //! constants ([`each!`]), so each layer's W state stays in registers: the first layer's
@@ -15,10 +15,7 @@ use crate::arch::*;
 use crate::layout::{Operand, ldmatrix_lane};
 use crate::target::BUILT;
 
-const P: usize = PAIR;
-const T: usize = tiles(PAIR);
-
-/// A layer's shares of its gradients for the pair's exchange: dW's words (`K` input tiles a
+/// A layer's shares of its gradients for the slice's exchange: dW's words (`K` input tiles a
 /// warp), db's entry, and where they went.
 type Shares<A, const K: usize> = ([[A; 1]; K], f32, Outbox);
 
@@ -36,12 +33,12 @@ macro_rules! each {
 const _: () = assert!(MAX_LAYERS == 4, "each! lists the layers 0..4");
 
 /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
-/// meetings' counters of the block's half) and where the block stages W's columns.
+/// meetings' counters from [`meetings_at`]) and where the block stages W's columns.
 #[derive(Clone, Copy)]
 struct Shared {
     base: *mut u32,
     at: Scratch,
-    counters: *mut u32,
+    meetings: *mut u32,
     part: usize,
     widths: Widths,
     flagged: bool,
@@ -53,7 +50,7 @@ impl Shared {
     #[inline(always)]
     fn input(&self, l: usize) -> Plane {
         let counter = self
-            .counters
+            .meetings
             .wrapping_add(meeting_counter(2 * (l - 1), self.part));
         let at = self.base.wrapping_add(self.at.h[l - 1]);
         Plane::new(at, self.widths[l], self.flagged, counter)
@@ -62,7 +59,7 @@ impl Shared {
     #[inline(always)]
     fn grad(&self, l: usize) -> Plane {
         let counter = self
-            .counters
+            .meetings
             .wrapping_add(meeting_counter(2 * (l - 1) + 1, self.part));
         let at = self.base.wrapping_add(self.at.dz[l - 1]);
         Plane::new(at, self.widths[l + 1], self.flagged, counter)
@@ -101,8 +98,9 @@ fn owner(b: &Block) -> bool {
 #[inline(always)]
 fn blocks<F: Row, const L: usize>(args: Params) -> ([Block; L], Shared) {
     let (batch, widths) = (args.batch as usize, widths_of(&args));
-    let plan = Plan::of(batch, L, widths);
+    let plan = Plan::of(batch, L, widths, F::V.parts);
     let first = Block::new::<F>(args, args.layer(0));
+    let slices = first.blocks as usize / F::V.parts;
     let mut bs = [first; L];
     each!(l in [1, 2, 3] {
         if l < L {
@@ -112,7 +110,7 @@ fn blocks<F: Row, const L: usize>(args: Params) -> ([Block; L], Shared) {
     let shared = Shared {
         base: args.scratch as *mut u32,
         at: Scratch::of(batch, L, widths),
-        counters: args.counters as *mut u32,
+        meetings: (args.counters as *mut u32).wrapping_add(meetings_at(L, slices)),
         part: first.part,
         widths,
         flagged: plane::flagged(widths[1]),
@@ -175,15 +173,26 @@ impl<F: Row, const K: usize> Weights<F, K> {
     }
 }
 
-/// The training loop of the layer engine (variant `F`, accumulators `A`, `L` hidden layers,
-/// `K` input tiles a warp past the first): the steps of `deep.rs`'s description.
+/// The training loop of the layer engine (variant `F`, accumulators `A`, the batch in `P`
+/// parts of `T` 16-row tiles at most, `L` hidden layers, `K` input tiles a warp past the
+/// first): the steps of `deep.rs`'s description.
 #[inline(always)]
-pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params) {
+pub unsafe fn train<
+    A: Acc,
+    F: Row,
+    const P: usize,
+    const T: usize,
+    const L: usize,
+    const K: usize,
+>(
+    args: Params,
+) {
     const {
         let v = F::V;
         assert!(v.layers == L && L >= 2 && L <= MAX_LAYERS);
-        assert!(v.single() && v.parts == PAIR && v.n == 1 && v.inner_tiles() == K);
-        assert!(K <= TILES_PER_WARP && v.clustered(BUILT));
+        assert!(v.single() && v.parts == P && T == v.tiles() && T <= tiles(PAIR));
+        assert!(v.n == 1 && v.inner_tiles() == K && K <= TILES_PER_WARP);
+        assert!(v.exists_in(BUILT) && BUILT.cp_async());
         assert!(!v.bulk() && !v.w1_copy_in_registers());
     };
     let (bs, _) = blocks::<F, L>(args);
@@ -194,6 +203,9 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
             exchange::open::<P>(&bs[l]);
         }
     });
+    // Every layer's fp16 W in shared memory before the first step's `publish_w` reads it
+    // (other threads wrote it; on Hopper `fetch::start` has this barrier too, sm_80 none).
+    sync_threads();
     let mut ring = Ring::start(&bs[0], false);
     let mut copies = fetch::start(&bs[0]);
     for k in 0..args.steps {
@@ -207,9 +219,9 @@ pub unsafe fn train<A: Acc, F: Row, const L: usize, const K: usize>(args: Params
         });
         fetch::wait(&bs[0], &ss[0], &copies);
         t.mark();
-        let (h, last) = forwards::<A, F, L, K>((&bs, &ss), &mut ring, &w, &shared, &mut t);
+        let (h, last) = forwards::<A, F, P, T, L, K>((&bs, &ss), &mut ring, &w, &shared, &mut t);
         let (mut shares, first) =
-            backwards::<A, F, L, K>((&bs, &ss), &mut ring, &h, &shared, &mut t);
+            backwards::<A, F, P, T, L, K>((&bs, &ss), &mut ring, &h, &shared, &mut t);
         shares[L - 1] = last;
         each!(l in [3, 2, 1] {
             if l < L {
@@ -256,7 +268,7 @@ fn step_blocks<F: Row, const L: usize>(args: Params, k: u32) -> ([Block; L], [St
 /// fragments of each layer (its ReLU), and the last layer's shares where the block owns it
 /// (its forward continues to the logits, the grid barrier and its gradients).
 #[inline(always)]
-fn forwards<A: Acc, F: Row, const L: usize, const K: usize>(
+fn forwards<A: Acc, F: Row, const P: usize, const T: usize, const L: usize, const K: usize>(
     (bs, ss): (&[Block; L], &[Step; L]),
     ring: &mut Ring,
     w: &Weights<F, K>,
@@ -288,7 +300,8 @@ fn forwards<A: Acc, F: Row, const L: usize, const K: usize>(
                     shared.input(l + 1).publish(b, b.h(0), b.j0, k);
                     t.mark();
                 } else {
-                    last = Some(last_layer::<A, F, K>((b, s), &h[l], ring, t, (shared, l)));
+                    let lay = (shared, l);
+                    last = Some(last_layer::<A, F, P, T, K>((b, s), &h[l], ring, t, lay));
                 }
             } else if l < L - 1 {
                 t.skip(2);
@@ -307,7 +320,7 @@ fn forwards<A: Acc, F: Row, const L: usize, const K: usize>(
 /// that layer's shares: those of every layer past the first that the block owns but the last
 /// (which `forwards` took), and the first's.
 #[inline(always)]
-fn backwards<A: Acc, F: Row, const L: usize, const K: usize>(
+fn backwards<A: Acc, F: Row, const P: usize, const T: usize, const L: usize, const K: usize>(
     (bs, ss): (&[Block; L], &[Step; L]),
     ring: &mut Ring,
     h: &[[[f32; 4]; 1]; MAX_LAYERS],
@@ -326,7 +339,8 @@ fn backwards<A: Acc, F: Row, const L: usize, const K: usize>(
                 t.mark();
                 if l > 1 {
                     shared.grad(l - 1).publish(below, below.dh(0), below.j0, ss[0].k);
-                    shares[l - 1] = Some(layer_shares::<A, F, K>(below, &ss[l - 1], ring));
+                    let s = &ss[l - 1];
+                    shares[l - 1] = Some(layer_shares::<A, F, P, T, K>(below, s, ring));
                     t.mark();
                 }
             } else {
@@ -334,7 +348,7 @@ fn backwards<A: Acc, F: Row, const L: usize, const K: usize>(
             }
         }
     });
-    let first = layer_shares::<A, F, TILES_PER_WARP>(&bs[0], &ss[0], ring);
+    let first = layer_shares::<A, F, P, T, TILES_PER_WARP>(&bs[0], &ss[0], ring);
     t.mark();
     (shares, first)
 }
@@ -344,7 +358,7 @@ fn backwards<A: Acc, F: Row, const L: usize, const K: usize>(
 /// barrier, the softmax, its `dZ` published (the last layer is `l`), then the shares of its
 /// db and dW and of the output layer's W and b.
 #[inline(always)]
-fn last_layer<A: Acc, F: Row, const K: usize>(
+fn last_layer<A: Acc, F: Row, const P: usize, const T: usize, const K: usize>(
     (b, s): (&Block, &Step),
     h: &[[f32; 4]; 1],
     ring: &mut Ring,
@@ -371,7 +385,7 @@ fn last_layer<A: Acc, F: Row, const K: usize>(
 
 /// A layer's shares of db and dW from its dH plane.
 #[inline(always)]
-fn layer_shares<A: Acc, F: Row, const K: usize>(
+fn layer_shares<A: Acc, F: Row, const P: usize, const T: usize, const K: usize>(
     b: &Block,
     s: &Step,
     ring: &mut Ring,

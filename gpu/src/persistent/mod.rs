@@ -146,8 +146,9 @@ pub struct Params {
     /// Each step's mean loss and correct count, added at `[step]` (zeroed by the host).
     pub loss: u64,
     pub correct: u64,
-    /// Fixed-point logit sums ([`LOGIT_SLOTS`] slots), the blocks' [`EXCHANGE`] areas and the
-    /// barrier counters (grid, then one per slice; zeroed by the host before each launch).
+    /// Fixed-point logit sums ([`LOGIT_SLOTS`] slots), the blocks' [`EXCHANGE`] areas of each
+    /// hidden layer (`[layer][block]`) and the barrier counters ([`counters`]; zeroed by the
+    /// host before each launch).
     pub logits: u64,
     pub exchange: u64,
     pub counters: u64,
@@ -184,6 +185,7 @@ impl Params {
     pub const fn layer(&self, l: usize) -> Layer {
         let last = l + 1 == self.layers as usize;
         Layer {
+            index: l as u32,
             dim: self.widths[l],
             hidden: self.widths[l + 1],
             classes: if last { self.widths[l + 2] } else { 0 },
@@ -204,6 +206,8 @@ pub const MAX_LAYERS: usize = 4;
 /// layer's (`o_w2`, `o_b2`, read where it has classes).
 #[derive(Clone, Copy, Debug)]
 pub struct Layer {
+    /// Its place in the model, from 0: which of the exchange's areas and counters it uses.
+    pub index: u32,
     pub dim: u32,
     pub hidden: u32,
     pub classes: u32,
@@ -303,16 +307,8 @@ mod weights;
 #[cfg(target_arch = "nvptx64")]
 #[rustfmt::skip::macros(export)]
 mod one_layer;
-// The layer engine is Hopper's alone.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
+// The layer engine needs `cp.async` (sm_80 on).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod layers;
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod plane;

@@ -179,7 +179,7 @@ macro_rules! export {
         #[unsafe(export_name = concat!("mlp_persistent_", stringify!($name), "_", stringify!($acc)))]
         unsafe extern "ptx-kernel" fn $acc(args: Params) {
             unsafe {
-                super::layers::train::<accumulator!($acc), Kernel, { Kernel::V.layers }, { Kernel::V.inner_tiles() }>(args)
+                super::layers::train::<accumulator!($acc), Kernel, { Kernel::V.parts }, { Kernel::V.tiles() }, { Kernel::V.layers }, { Kernel::V.inner_tiles() }>(args)
             }
         }
     };

@@ -1,10 +1,10 @@
 //! Planes of activations or gradients (the layer engine's inputs of the layers past the first
 //! and their output gradients, fp16 `[batch][width]`) whose writers publish columns of them and
-//! the blocks of their half of the batch gather rows of them, within a step. A plane takes one
+//! the blocks of their part of the batch gather rows of them, within a step. A plane takes one
 //! of two forms, the same for every plane of a model:
 //! - flagged lines ([`Flagged`]) where the first hidden layer has at most [`FLAGGED_WIDTH`]
 //!   units: a reader waits on the data itself, one round trip through L2;
-//! - plain fp16 where it is wider: the writers announce at a counter of the half, and a reader
+//! - plain fp16 where it is wider: the writers announce at a counter of the part, and a reader
 //!   waits on it before copying its rows with `cp.async`. Two round trips, but half the bytes:
 //!   with more units the planes are wider and more blocks gather them, and the flagged lines'
 //!   bytes cost more than the round trip they save (`docs/deeper.md` has the figures).
@@ -70,7 +70,7 @@ impl Plane {
     }
 
     /// The block's rows of step `k` into a batch buffer (`x`, `stride` bytes a row), once
-    /// their writers have published them (in the plain form, a block of the half for each
+    /// their writers have published them (in the plain form, a block of the part for each
     /// n-tile of the plane's width): whole 16-row tiles of whole k-steps of 16, zeros in the
     /// columns past the width and the rows past the block's.
     #[inline(always)]

@@ -173,12 +173,13 @@ impl Smem {
     }
 
     /// The one-buffer layout of a layer past the first in the layer engine: slices of one
-    /// n-tile, half the batch, and no partial sums of its own (it uses the first layer's:
-    /// each layer's forward uses them in turn). Only [`Smem::placed`] makes it usable: it
-    /// puts the layout where the plan has it and its partial sums at the first layer's.
-    pub const fn inner(batch: usize, dim: usize) -> Smem {
+    /// n-tile, one of `parts` parts of the batch, and no partial sums of its own (it uses the
+    /// first layer's: each layer's forward uses them in turn). Only [`Smem::placed`] makes it
+    /// usable: it puts the layout where the plan has it and its partial sums at the first
+    /// layer's.
+    pub const fn inner(batch: usize, dim: usize, parts: usize) -> Smem {
         Smem::with_buffers(
-            batch.div_ceil(PAIR),
+            batch.div_ceil(parts),
             dim,
             (1, row_stride(dim)),
             false,

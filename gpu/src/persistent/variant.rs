@@ -188,9 +188,13 @@ impl Variant {
     pub fn describe(&self, stages: usize) -> String {
         let units = self.units();
         match (self.batch, self.w1) {
-            _ if self.layers > 1 => format!(
+            _ if self.layers > 1 && self.parts == PAIR => format!(
                 ", {} hidden layers, one batch buffer refilled after dW1",
                 self.layers
+            ),
+            _ if self.layers > 1 => format!(
+                ", {} hidden layers, one batch buffer refilled after dW1, the batch in {} parts",
+                self.layers, self.parts
             ),
             (Batch::Double, _) if self.parts == PAIR => String::new(),
             (Batch::Double, _) => format!(", the batch in {} parts", self.parts),
@@ -243,15 +247,21 @@ macro_rules! persistent_variants {
             // Hopper, hidden layers too wide for slices of 8: slices of 16 and 32 units.
             (wide2, Single, 2, 128, 2, Registers, Bulk, [f16], from 90, 1, -, 1, -),
             (wide4, Single, 2, 128, 4, Registers, Bulk, [f16], from 90, 1, -, 1, -),
-            // Hopper, two to four hidden layers (the layer engine): one buffer of half the batch
-            // for the first layer's slices of 8 units, over which each later layer's n-tiles
-            // are dealt; fp32 accumulators beside several layers' state need more registers
-            // than a thread has. A later layer's input is at most 640 wide with two layers
-            // (past the 528 units of 132 SMs' pairs), 256 with three and 128 with four, so its
-            // W state takes 40, 16 or 8 registers a thread.
-            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 2, 640),
+            // Two to four hidden layers (the layer engine): one buffer of half the batch for
+            // the first layer's slices of 8 units, over which each later layer's n-tiles are
+            // dealt; fp32 accumulators beside several layers' state need more registers than a
+            // thread has. A later layer's input is at most 640 wide with two layers (past the
+            // 528 units of 132 SMs' pairs), 256 with three and 128 with four, so its W state
+            // takes 40, 16 or 8 registers a thread. Hopper's pairs are clusters; an A100's
+            // exchange through global memory, whose sums of every part's shares take more
+            // registers: past two layers they spill there.
+            (deep, Single, 2, 128, 1, Registers, Red, [f16], from 80, 1, -, 2, 640),
             (deep3, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 3, 256),
             (deep4, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 4, 128),
+            // Two hidden layers at batches of 129 to 256: a quarter of the batch a block, the
+            // same rows as a pair's half of 128, the shares of the four parts summed through
+            // global memory.
+            (deep_quartered, Single, 4, 256, 1, Registers, Red, [f16], from 80, 1, -, 2, 256),
             // Hopper, past what the registers hold of W1's state.
             (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1, -),
             // Where no whole-batch buffer fits: the ring (`cp.async`, or registers on sm_75).
@@ -340,12 +350,13 @@ macro_rules! accum {
 }
 persistent_variants!(variant_table);
 
-/// The largest batch of the variants that PTX built for `target` exports (0 for none).
+/// The largest batch of the one-hidden-layer variants that PTX built for `target` exports
+/// (0 for none; the layer engine's rows say their own).
 pub const fn most_batch(target: Target) -> usize {
     let (mut i, mut most) = (0, 0);
     while i < VARIANTS.len() {
         let v = &VARIANTS[i];
-        if v.exists_in(target) && v.most_batch > most {
+        if v.layers == 1 && v.exists_in(target) && v.most_batch > most {
             most = v.most_batch;
         }
         i += 1;
@@ -408,16 +419,18 @@ mod tests {
             assert!(v.tiles() <= tiles(PAIR) || v.offchip(), "{name}");
             assert_eq!(v.parts * v.tiles() * 16, v.most_batch, "{name}");
             if v.most_batch > MAX_BATCH {
-                assert!(v.batch == Batch::Double && v.parts == MAX_PARTS, "{name}");
+                assert!(v.parts == MAX_PARTS, "{name}");
+                assert!(v.batch == Batch::Double || v.layers > 1, "{name}");
             }
             assert!([1, 2, 4].contains(&v.n), "{name}");
-            // Several hidden layers (the layer engine): Hopper's pairs of one buffer and
-            // slices of 8 units, whose partial logits add by `red`, with whole k-tiles a
-            // warp of the later layers' inputs, no more than of the first's.
+            // Several hidden layers (the layer engine, from sm_80: `cp.async`): one buffer of
+            // a pair's or four parts' rows, at most those of a pair's half of 128, and slices
+            // of 8 units, whose partial logits add by `red`, with whole k-tiles a warp of the
+            // later layers' inputs, no more than of the first's.
             assert!((1..=MAX_LAYERS).contains(&v.layers), "{name}");
             if v.layers > 1 {
-                assert!(v.single() && v.parts == PAIR && v.n == 1, "{name}");
-                assert!(v.archs.min >= 90 && !v.bulk() && v.most_batch == MAX_BATCH);
+                assert!(v.single() && v.n == 1 && v.tiles() == tiles(PAIR), "{name}");
+                assert!(v.archs.min >= 80 && !v.bulk(), "{name}");
                 assert!(
                     v.inner.is_multiple_of(16 * WARPS) && v.inner <= MAX_DIM,
                     "{name}"
@@ -464,15 +477,17 @@ mod tests {
         }
     }
 
-    /// The layer engine has one row for each depth from two hidden layers to [`MAX_LAYERS`].
+    /// The layer engine has a row of pairs for each depth from two hidden layers to
+    /// [`MAX_LAYERS`], first among its depth's, and the rows of a depth differ in the largest
+    /// batch they take.
     #[test]
-    fn one_engine_row_per_depth() {
+    fn engine_rows_by_depth_and_batch() {
         for layers in 2..=MAX_LAYERS {
-            assert_eq!(
-                VARIANTS.iter().filter(|v| v.layers == layers).count(),
-                1,
-                "{layers}"
-            );
+            let rows: Vec<_> = VARIANTS.iter().filter(|v| v.layers == layers).collect();
+            assert_eq!(rows[0].parts, PAIR, "{layers}");
+            for (i, v) in rows.iter().enumerate().skip(1) {
+                assert!(v.most_batch > rows[i - 1].most_batch, "{}", v.name);
+            }
         }
     }
 
@@ -487,7 +502,8 @@ mod tests {
                     .filter(|v| v.exists_in(target) && f(v))
                     .count()
             };
-            assert_eq!(has(|v| v.parts == MAX_PARTS && v.single()), 1, "{target}");
+            let quarters = |v: &Variant| v.parts == MAX_PARTS && v.single() && v.layers == 1;
+            assert_eq!(has(quarters), 1, "{target}");
             assert_eq!(has(|v| v.ring() && !v.offchip()), 1, "{target}");
             assert_eq!(
                 has(|v| v.offchip()),
@@ -503,7 +519,10 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(Target::SM75), ["quarters_regs", "streamed_regs"]);
-        assert_eq!(names(Target::SM80), ["single", "quarters", "streamed"]);
+        assert_eq!(
+            names(Target::SM80),
+            ["single", "quarters", "deep", "deep_quartered", "streamed"]
+        );
     }
 
     /// The layouts the host sizes launches by are the kernel's: each variant's is the `Smem`

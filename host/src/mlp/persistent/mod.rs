@@ -12,8 +12,8 @@ use cudarc::driver::sys::{CUevent_flags, CUlaunchAttributeID};
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::params::PersistentShuffle;
-use gpu::persistent::{EXCHANGE, LOGIT_SLOTS, MAX_LAYERS, PAIR, Scratch, THREADS, logits_slot};
-use gpu::persistent::{Params, Widths, meetings, trace};
+use gpu::persistent::{EXCHANGE, LOGIT_SLOTS, MAX_LAYERS, Scratch, THREADS, logits_slot};
+use gpu::persistent::{Params, Widths, counters, trace};
 use std::sync::Arc;
 
 pub mod phases;
@@ -122,14 +122,13 @@ impl Persistent {
             0
         };
         // Clusters exchange in shared memory, and the offchip kernel's blocks have the whole
-        // batch: neither has an exchange area or slice counters.
-        let (exchange, counters) = if layers > 1 {
-            (0, 1 + meetings(layers) * PAIR)
-        } else if cluster > 0 || feed.variant.offchip() {
-            (0, 1)
+        // batch: neither has exchange areas.
+        let exchange = if cluster > 0 || feed.variant.offchip() {
+            0
         } else {
-            (blocks * EXCHANGE, 1 + slices)
+            layers * blocks * EXCHANGE
         };
+        let counters = counters(layers, slices);
         let scratch = if layers > 1 {
             Scratch::of(batch, layers, hidden_widths(sizes)).len
         } else {

@@ -7,8 +7,8 @@ use cudarc::driver::sys::{self, CUfunction_attribute};
 use cudarc::driver::{CudaFunction, LaunchConfig};
 use gpu::gemm::Accum;
 use gpu::persistent::{
-    MAX_BATCH, MAX_CLASSES, MAX_DIM, MAX_LAYERS, PAIR, Plan, Smem, THREADS, UNITS, VARIANTS,
-    Variant, most_batch, row_stride, variant,
+    MAX_CLASSES, MAX_DIM, MAX_LAYERS, PAIR, Plan, Smem, THREADS, UNITS, VARIANTS, Variant,
+    most_batch, row_stride, variant,
 };
 use gpu::target::Target;
 
@@ -55,7 +55,7 @@ impl Feed {
     pub fn smem_bytes(self, batch: usize, sizes: &[usize]) -> usize {
         match self.variant.layers {
             1 => self.smem(batch, sizes[0]).bytes,
-            layers => Plan::of(batch, layers, super::hidden_widths(sizes)).bytes,
+            layers => Plan::of(batch, layers, super::hidden_widths(sizes), self.parts()).bytes,
         }
     }
 
@@ -112,7 +112,7 @@ fn feeds_by_preference() -> impl Iterator<Item = Feed> {
 
 /// One line per row of [`VARIANTS`], for `host info`: whether this GPU, with the PTX it loaded
 /// and its shared memory a block, runs the variant for MNIST's 784 inputs at its largest batch
-/// (128, or 256 for `quartered`; a ring with the most stages that fit), or why not. Whether all
+/// (128, or 256 for the rows of four parts; a ring with the most stages that fit), or why not. Whether all
 /// its blocks are resident depends on the hidden width; a run's first line says which variant
 /// it takes.
 pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
@@ -157,7 +157,7 @@ fn describe_layers(v: &Variant, batch: usize, dim: usize, room: usize, gpu: &Gpu
         let mut sizes = vec![dim];
         sizes.extend(std::iter::repeat_n(w, v.layers));
         sizes.push(10);
-        Plan::of(batch, v.layers, super::hidden_widths(&sizes)).bytes
+        Plan::of(batch, v.layers, super::hidden_widths(&sizes), v.parts).bytes
     };
     let widest = DEEP_SHOWN.min(v.inner);
     match (16..=widest).rev().step_by(16).find(|&w| bytes(w) <= room) {
@@ -208,7 +208,7 @@ pub fn support_sliced(
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
     } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
         format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
-    } else if batch > most {
+    } else if sizes.len() == 3 && batch > most {
         format!(
             "the batch {batch} is above {most}, the most of its kernels in {}",
             gpu.describe_ptx()
@@ -228,9 +228,9 @@ pub fn support_sliced(
     Ok(Support::No(why))
 }
 
-/// Whether the layer engine (the `deep` row of this depth) trains layers `sizes` (two or
-/// more hidden) with this batch and accumulator on this GPU, with every block resident, or
-/// why not.
+/// Whether the layer engine (the first row of this depth that takes the batch) trains layers
+/// `sizes` (two or more hidden) with this batch and accumulator on this GPU, with every block
+/// resident, or why not.
 fn choose_layers(
     gpu: &Gpu,
     sizes: &[usize],
@@ -238,23 +238,26 @@ fn choose_layers(
     (acc, units): (Accum, Option<usize>),
 ) -> Result<Support> {
     let layers = sizes.len() - 2;
-    let variant = VARIANTS
-        .iter()
-        .find(|v| v.layers == layers)
-        .expect("a row for every depth up to MAX_LAYERS");
-    let feed = Feed { variant, stages: 0 };
-    let (v, target) = (feed.variant, gpu.ptx.target());
+    let target = gpu.ptx.target();
+    let rows = || VARIANTS.iter().filter(|v| v.layers == layers);
+    let most = rows().map(|v| v.most_batch).max().unwrap_or(0);
+    let kernel = format!("its {layers}-layer kernel");
+    let Some(v) = rows().find(|v| v.takes_batch(batch)) else {
+        let why = format!("the batch {batch} is above {most}, the most of {kernel}s");
+        return Ok(Support::No(why));
+    };
+    let feed = Feed {
+        variant: v,
+        stages: 0,
+    };
     let hidden = &sizes[1..=layers];
     let bytes = feed.smem_bytes(batch, sizes);
-    let kernel = format!("its {layers}-layer kernel");
     let why = if !v.exists_in(target) {
         format!("{kernel} is in {}, not in {}", v.archs, gpu.describe_ptx())
     } else if !v.has(acc) {
         format!("{kernel} has no {} accumulators", acc.suffix())
     } else if units.is_some_and(|u| u != v.units()) {
         format!("{kernel} takes {} hidden units a block", v.units())
-    } else if batch > MAX_BATCH {
-        format!("the batch {batch} is above {MAX_BATCH}, the most of {kernel}")
     } else if let Some(why) = layer_widths_refused(hidden, v.inner) {
         why
     } else if bytes > gpu.max_smem_optin() {
@@ -264,13 +267,15 @@ fn choose_layers(
         )
     } else {
         let f = function(gpu, acc, feed, bytes)?;
-        let resident = resident_blocks(gpu, &f, bytes, Some(PAIR))?;
-        let blocks = PAIR * hidden[0] / UNITS;
+        let cluster = v.clustered(target).then_some(PAIR);
+        let resident = resident_blocks(gpu, &f, bytes, cluster)?;
+        let blocks = v.parts * hidden[0] / UNITS;
         if blocks <= resident {
             return Ok(Support::Yes(feed));
         }
         format!(
-            "{blocks} blocks (2 per 8 units of the first hidden layer) must be resident at once, this GPU holds {resident}"
+            "{blocks} blocks ({} per 8 units of the first hidden layer) must be resident at once, this GPU holds {resident}",
+            v.parts
         )
     };
     Ok(Support::No(why))
