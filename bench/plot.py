@@ -111,11 +111,16 @@ def depth(d):
     p = d / "depth.csv"
     if not p.exists():
         return
+    def name(r):
+        """The model, with its batch where it is not 128."""
+        batch = r.get("batch", "128")
+        return r["model"] if batch == "128" else f"{r['model']}, batch {batch}"
+
     t = defaultdict(lambda: defaultdict(list))  # model -> (system, mode) -> seconds
     for r in rows(p):
         if r["epoch"] and int(r["epoch"]) > 1:
-            t[r["model"]][(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
-    models = list(dict.fromkeys(r["model"] for r in rows(p)))
+            t[name(r)][(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
+    models = list(dict.fromkeys(name(r) for r in rows(p)))
     bars = defaultdict(dict)  # system's label -> model -> ms (its fastest mode)
     for m in models:
         best = {}

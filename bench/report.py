@@ -203,7 +203,7 @@ ARCH_PATHS = [("sm_75 @ 64 KB", ["--ptx", "sm_75", "--max-smem-kb", "64"]),
               ("sm_80 @ 99 KB", ["--ptx", "sm_80", "--max-smem-kb", "99"]),
               ("sm_80 @ 163 KB", ["--ptx", "sm_80", "--max-smem-kb", "163"]),
               ("sm_90", [])]
-ARCH_HIDDEN = [128, 512]
+ARCH_HIDDEN = ["128", "512", "128,128"]
 ARCH_EPOCHS = 10
 
 
@@ -241,7 +241,7 @@ def arch_run(flags, hidden):
     """One `host mnist` run of the matrix: (ptx, engine, [(epoch, seconds, test accuracy)]),
     or a string saying why it did not run."""
     # Long enough for the driver to compile an older PTX for this GPU on a cold cache.
-    r = ours_run([*flags, "--hidden", str(hidden), "--epochs", str(ARCH_EPOCHS)], "arch_matrix.log")
+    r = ours_run([*flags, "--hidden", hidden, "--epochs", str(ARCH_EPOCHS)], "arch_matrix.log")
     if isinstance(r, str):
         return r
     header, epochs = r
@@ -249,8 +249,10 @@ def arch_run(flags, hidden):
     return ptx.group(1) if ptx else "?", engine_of(header), epochs
 
 
-# Deeper models: ours, JAX's scan and PyTorch's fastest mode at hidden 128, 10 epochs each.
+# Deeper models: ours, JAX's scan and PyTorch's fastest mode at hidden 128, 10 epochs each, at
+# batch 128; then some at a larger batch, against JAX's scan at the same batch.
 DEPTH_MODELS = ["128,128", "256,256,256", "512,256", "1024,1024", "128,128,128,128", "512,512,512,512"]
+DEPTH_LARGER_BATCH = [("128,128", 256)]
 DEPTH_EPOCHS = 10
 
 
@@ -269,7 +271,8 @@ def fastest_pytorch_mode():
 def framework_rows(system, mode, cmd, tmp, timeout, models, log="depth.log"):
     """The per-epoch rows (system, mode, model, engine, epoch, seconds, accuracy, skipped) of a
     baseline run of these models that writes mnist_mlp.py's CSV to tmp (its output in log), or
-    (if it failed) one row per model saying why."""
+    (if it failed) one row per model saying why. The depth and layered tables put the batch
+    after the model."""
     tmp.unlink(missing_ok=True)
     try:
         rc, text = run_logged(cmd, log, timeout=timeout)
@@ -286,28 +289,32 @@ def framework_rows(system, mode, cmd, tmp, timeout, models, log="depth.log"):
 
 def step_depth():
     """Deeper models (`--hidden` with several widths): ours (its engine from its header line),
-    JAX's scan at each unroll, PyTorch's fastest mode at hidden 128; a run that fails is a row
-    that says why."""
+    JAX's scan at each unroll, PyTorch's fastest mode at hidden 128 (batch 128 only); a run
+    that fails is a row that says why."""
     fresh("depth.log")
     rows = []
-    for hidden in DEPTH_MODELS:
+    for hidden, batch in [(h, 128) for h in DEPTH_MODELS] + DEPTH_LARGER_BATCH:
         model = "784-" + hidden.replace(",", "-") + "-10"
-        r = ours_run(["--hidden", hidden, "--epochs", str(DEPTH_EPOCHS)], "depth.log")
+        r = ours_run(["--hidden", hidden, "--batch", str(batch), "--epochs", str(DEPTH_EPOCHS)], "depth.log")
         if isinstance(r, str):
-            rows.append(["ours", "", model, "", "", "", "", r])
+            rows.append(["ours", "", model, batch, "", "", "", "", r])
             continue
         header, epochs = r
-        rows += [["ours", "", model, engine_of(header), e, sec, acc, ""] for e, sec, acc in epochs]
+        rows += [["ours", "", model, batch, engine_of(header), e, sec, acc, ""] for e, sec, acc in epochs]
+    batched = [(DEPTH_MODELS, 128)] + [([h], b) for h, b in DEPTH_LARGER_BATCH]
     if have_jax():
-        rows += framework_rows("jax", "", [py, "bench/jax/mnist_scan.py", "--hidden", *DEPTH_MODELS, "--unroll", JAX_UNROLLS,
-                                       "--epochs", str(DEPTH_EPOCHS), "--csv", out / "jax.tmp"], out / "jax.tmp", JAX_TIMEOUT, DEPTH_MODELS)
+        for models, batch in batched:
+            cmd = [py, "bench/jax/mnist_scan.py", "--hidden", *models, "--batch", str(batch), "--unroll", JAX_UNROLLS,
+                   "--epochs", str(DEPTH_EPOCHS), "--csv", out / "jax.tmp"]
+            rows += [r[:3] + [batch] + r[3:] for r in framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models)]
     mode = fastest_pytorch_mode()
     for hidden in DEPTH_MODELS:
-        rows += framework_rows("pytorch", mode, [py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--hidden", hidden,
-                                           "--epochs", str(DEPTH_EPOCHS), "--csv", out / "pt.tmp"], out / "pt.tmp", 300, [hidden])
+        cmd = [py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--hidden", hidden, "--epochs", str(DEPTH_EPOCHS),
+               "--csv", out / "pt.tmp"]
+        rows += [r[:3] + [128] + r[3:] for r in framework_rows("pytorch", mode, cmd, out / "pt.tmp", 300, [hidden])]
     with open(out / "depth.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["system", "mode", "model", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
+        w.writerow(["system", "mode", "model", "batch", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
         w.writerows(rows)
 
 

@@ -44,10 +44,17 @@ def label(system, mode):
     return f"PyTorch {mode}"
 
 
-def framework_times(model):
+def framework_times(model, batch="128"):
     """{label: [seconds of each epoch 2+]} of the model ("128", or "512-256" for 784-512-256-10)
-    over every framework run of the report: the MNIST table's, the widths' and the deeper models'."""
+    at this batch over every framework run of the report: the MNIST table's, the widths' and the
+    deeper models' (only theirs past batch 128)."""
     t = defaultdict(list)
+    for r in rows("depth.csv"):
+        if (r["system"] != "ours" and r["epoch"] and int(r["epoch"]) > 1 and r["model"] == f"784-{model}-10"
+                and r.get("batch", "128") == batch):
+            t[label(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
+    if batch != "128":
+        return t
     for name, system in (("pytorch_mnist.csv", "pytorch"), ("jax_mnist.csv", "jax")):
         for r in rows(name):
             if r["epoch_time_s"] and int(r["epoch"]) > 1 and r["hidden"] == model:
@@ -55,15 +62,13 @@ def framework_times(model):
     for r in rows("mnist_widths.csv"):
         if r["system"] != "ours" and int(r["epoch"]) > 1 and r["hidden"] == model:
             t[label(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
-    for r in rows("depth.csv"):
-        if r["system"] != "ours" and r["epoch"] and int(r["epoch"]) > 1 and r["model"] == f"784-{model}-10":
-            t[label(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
     return t
 
 
-def versus(ours, model):
-    """`N× (fastest framework mode, its ms)` for our median seconds per epoch at this model."""
-    best = fastest(framework_times(model))
+def versus(ours, model, batch="128"):
+    """`N× (fastest framework mode, its ms)` for our median seconds per epoch at this model and
+    batch."""
+    best = fastest(framework_times(model, batch))
     if not best or ours != ours:
         return "–"
     return f"{best[1] / ours:.2f}× ({best[0]}, {1000 * best[1]:.2f} ms)"
@@ -191,21 +196,22 @@ if w:
 
 dp = rows("depth.csv")
 if dp:
-    models = list(dict.fromkeys(r["model"] for r in dp))
+    models = list(dict.fromkeys((r["model"], r.get("batch", "128")) for r in dp))
     n_epochs = max((int(r["epoch"]) for r in dp if r["epoch"]), default=0)
     pt_mode = next((r["mode"] for r in dp if r["system"] == "pytorch" and r["mode"]), "")
     md.append("## Deeper models (MNIST, several hidden layers)\n")
     md.append(f"`host mnist --hidden H1,H2,… --epochs {n_epochs}` (our engine: the one its first line names), JAX's scan "
               f"(the faster of its unrolls, named) and PyTorch's fastest mode at hidden 128{' (' + pt_mode + ')' if pt_mode else ''}, {n_epochs} "
-              "epochs each, batch 128.\n")
-    cols = ["model", "our engine", "ours ms", "ours accuracy"] + (["JAX scan ms", "JAX accuracy"] if has_jax else []) + \
+              "epochs each, at the batch named.\n")
+    cols = ["model", "batch", "our engine", "ours ms", "ours accuracy"] + (["JAX scan ms", "JAX accuracy"] if has_jax else []) + \
            [f"PyTorch {pt_mode or 'fastest mode'} ms", "PyTorch accuracy", "ours × fastest framework mode"]
     md.append("| " + " | ".join(cols) + " |")
     md.append("| --- " * len(cols) + "|")
 
-    def best_run(system, model):
-        """(mode, median seconds, final accuracy, why skipped) of the system's fastest mode on the model."""
-        rr = [r for r in dp if r["system"] == system and r["model"] == model]
+    def best_run(system, model, batch):
+        """(mode, median seconds, final accuracy, why skipped) of the system's fastest mode on the
+        model at the batch."""
+        rr = [r for r in dp if r["system"] == system and r["model"] == model and r.get("batch", "128") == batch]
         if not rr or rr[0]["skipped"]:
             return None, float("nan"), float("nan"), rr[0]["skipped"] if rr else ""
         by = defaultdict(list)
@@ -218,16 +224,17 @@ if dp:
     def pct(x):
         return f"{100 * x:.2f}%" if x == x else "–"
 
-    for m in models:
-        o_mode, o_t, o_acc, o_why = best_run("ours", m)
-        engine = next((r["engine"] for r in dp if r["system"] == "ours" and r["model"] == m), "")
-        cells = [m, arch_cell(f"skipped: {o_why}" if o_why else engine), ms(o_t), pct(o_acc)]
+    for m, b in models:
+        o_mode, o_t, o_acc, o_why = best_run("ours", m, b)
+        engine = next((r["engine"] for r in dp if r["system"] == "ours" and r["model"] == m
+                       and r.get("batch", "128") == b), "")
+        cells = [m, b, arch_cell(f"skipped: {o_why}" if o_why else engine), ms(o_t), pct(o_acc)]
         if has_jax:
-            j_mode, j_t, j_acc, j_why = best_run("jax", m)
+            j_mode, j_t, j_acc, j_why = best_run("jax", m, b)
             cells += [f"{ms(j_t)} ({j_mode[len('scan-'):]})" if j_mode else arch_cell(j_why or "–"), pct(j_acc)]
-        p_mode, p_t, p_acc, p_why = best_run("pytorch", m)
+        p_mode, p_t, p_acc, p_why = best_run("pytorch", m, b)
         cells += [ms(p_t) if p_mode is not None else arch_cell(p_why or "–"), pct(p_acc)]
-        cells.append(versus(o_t, m[len("784-"):-len("-10")]))
+        cells.append(versus(o_t, m[len("784-"):-len("-10")], b))
         md.append("| " + " | ".join(cells) + " |")
     md.append(f"\n![deeper models]({a.images}mnist_depth.png)\n")
 
@@ -271,7 +278,7 @@ am = rows("arch_matrix.csv")
 if am:
     runs = defaultdict(list)  # (path, hidden) -> its rows, in the order the report ran them
     for r in am:
-        runs[(r["path"], int(r["hidden"]))].append(r)
+        runs[(r["path"], r["hidden"])].append(r)
     n_epochs = max((int(r["epoch"]) for r in am if r["epoch"]), default=0)
     md.append("## Architecture paths on one GPU\n")
     md.append(f"`host mnist --hidden H --epochs {n_epochs}` with each older GPU's `--ptx` (the PTX it loads, so its kernels and "
@@ -286,7 +293,7 @@ if am:
             md.append(f"| {path} | skipped: {arch_cell(rr[0]['skipped'])} | {h} | – | – | – |")
             continue
         ours = median([float(r["epoch_time_s"]) for r in rr if int(r["epoch"]) > 1])
-        vs = versus(ours, str(h))
+        vs = versus(ours, h.replace(",", "-"))
         md.append(f"| {path} | {arch_cell(rr[0]['engine'])} | {h} | {1000 * ours:.2f} | {100 * float(rr[-1]['test_accuracy']):.2f}% | {vs} |")
     md.append("\nWhat emulating an older GPU on this one does not capture: the older GPU's SM count, clocks, L2 size and memory "
               "bandwidth (every time above is this GPU's), nor its shared memory and registers per SM (the cap is per block). "
