@@ -268,11 +268,10 @@ def fastest_pytorch_mode():
     return min(t, key=lambda m: statistics.median(t[m])) if t else "epoch"
 
 
-def framework_rows(system, mode, cmd, tmp, timeout, models, log="depth.log"):
-    """The per-epoch rows (system, mode, model, engine, epoch, seconds, accuracy, skipped) of a
-    baseline run of these models that writes mnist_mlp.py's CSV to tmp (its output in log), or
-    (if it failed) one row per model saying why. The depth and layered tables put the batch
-    after the model."""
+def framework_rows(system, mode, cmd, tmp, timeout, models, batch, log="depth.log"):
+    """The per-epoch rows (system, mode, model, batch, engine, epoch, seconds, accuracy, skipped)
+    of a baseline run of these models at this batch that writes mnist_mlp.py's CSV to tmp (its
+    output in log), or (if it failed) one row per model saying why."""
     tmp.unlink(missing_ok=True)
     try:
         rc, text = run_logged(cmd, log, timeout=timeout)
@@ -280,8 +279,8 @@ def framework_rows(system, mode, cmd, tmp, timeout, models, log="depth.log"):
     except subprocess.TimeoutExpired:
         why = f"timed out after {timeout} s"
     if why:
-        return [[system, mode, "784-" + h.replace(",", "-") + "-10", "", "", "", "", why] for h in models]
-    rows = [[system, r["mode"], f"784-{r['hidden']}-10", "", r["epoch"], r["epoch_time_s"], r["accuracy"], ""]
+        return [[system, mode, "784-" + h.replace(",", "-") + "-10", batch, "", "", "", "", why] for h in models]
+    rows = [[system, r["mode"], f"784-{r['hidden']}-10", batch, "", r["epoch"], r["epoch_time_s"], r["accuracy"], ""]
             for r in csv.DictReader(open(tmp)) if r["epoch_time_s"]]
     tmp.unlink()
     return rows
@@ -306,12 +305,12 @@ def step_depth():
         for models, batch in batched:
             cmd = [py, "bench/jax/mnist_scan.py", "--hidden", *models, "--batch", str(batch), "--unroll", JAX_UNROLLS,
                    "--epochs", str(DEPTH_EPOCHS), "--csv", out / "jax.tmp"]
-            rows += [r[:3] + [batch] + r[3:] for r in framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models)]
+            rows += framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models, batch)
     mode = fastest_pytorch_mode()
     for hidden in DEPTH_MODELS:
         cmd = [py, "bench/pytorch/mnist_mlp.py", "--mode", mode, "--hidden", hidden, "--epochs", str(DEPTH_EPOCHS),
                "--csv", out / "pt.tmp"]
-        rows += [r[:3] + [128] + r[3:] for r in framework_rows("pytorch", mode, cmd, out / "pt.tmp", 300, [hidden])]
+        rows += framework_rows("pytorch", mode, cmd, out / "pt.tmp", 300, [hidden], 128)
     with open(out / "depth.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["system", "mode", "model", "batch", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])
@@ -344,8 +343,7 @@ def step_layered():
             models = [h for h, b in LAYERED_ROWS if b == batch]
             cmd = [py, "bench/jax/mnist_scan.py", "--hidden", *models, "--batch", str(batch), "--unroll", JAX_UNROLLS,
                    "--epochs", str(LAYERED_EPOCHS), "--csv", out / "jax.tmp"]
-            rows += [r[:3] + [batch] + r[3:]
-                     for r in framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models, "layered.log")]
+            rows += framework_rows("jax", "", cmd, out / "jax.tmp", JAX_TIMEOUT, models, batch, "layered.log")
     with open(out / "layered.csv", "w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
         w.writerow(["system", "mode", "model", "batch", "engine", "epoch", "epoch_time_s", "test_accuracy", "skipped"])

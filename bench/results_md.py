@@ -284,8 +284,8 @@ if am:
     md.append(f"`host mnist --hidden H --epochs {n_epochs}` with each older GPU's `--ptx` (the PTX it loads, so its kernels and "
               "the choices that follow) and `--max-smem-kb` (its shared memory per block: a T4's 64 KiB, an sm_86 card's 99, "
               "an A100's 163); the engine is the one the run's first line names. × is the time per epoch of the fastest "
-              "framework mode at that width (over every PyTorch and JAX run of this report: the MNIST table's and the "
-              "widths') over ours.\n")
+              "framework mode at that model (over every PyTorch and JAX run of this report at batch 128: the MNIST "
+              "table's, the widths' and the deeper models') over ours.\n")
     md.append(f"| path | engine | hidden | ms/epoch (median of epochs 2+) | test accuracy after {n_epochs} epochs | ours × fastest framework mode |")
     md.append("| --- " * 6 + "|")
     for (path, h), rr in runs.items():

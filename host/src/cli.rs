@@ -256,7 +256,8 @@ pub struct TrainFlags {
     ///
     /// The layered step: GEMMs, loss and bias gradients (on one GPU the gradients' kernels take
     /// the SGD step), replayed as a CUDA graph. The persistent kernel applies to one hidden
-    /// layer and batches up to 128 (256 on Hopper), from Turing (sm_75) on.
+    /// layer from Turing (sm_75) on, two from sm_80 on and up to four on Hopper, at batches up
+    /// to 128 (256 in four parts).
     #[arg(long, help_heading = ENGINE)]
     pub layered: bool,
     /// After training, print the persistent kernel's time in each phase of a step.

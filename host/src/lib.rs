@@ -7,9 +7,10 @@
 //! [`mlp::train`] trains an MLP on one of two engines, chosen for each run:
 //!
 //! - the persistent kernel ([`mlp::persistent`]) runs a whole epoch of an MLP of one hidden
-//!   layer (two on Hopper) in one launch, so its steps cost no launches of their own; it
-//!   applies where all its blocks fit on the GPU at once (hidden width a multiple of 8, batch
-//!   up to 128 or on Hopper with one hidden layer 256, and more: [`mlp::persistent::support`]);
+//!   layer (two from sm_80 on, up to four on Hopper) in one launch, so its steps cost no
+//!   launches of their own; it applies where all its blocks fit on the GPU at once (hidden
+//!   width a multiple of 8, batch up to 128, or 256 in four parts, and more:
+//!   [`mlp::persistent::support`]);
 //! - the layered engine runs one kernel per operation (the tensor-core GEMMs of [`gemm`], the
 //!   softmax, the bias gradients), captured once as a CUDA graph and replayed; it takes any depth
 //!   and width, and trains on several GPUs, as threads ([`mlp::train_data_parallel`]) or as the

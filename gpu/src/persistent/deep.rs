@@ -148,9 +148,9 @@ pub const fn exchange_counter(layer: usize, slices: usize, slice: usize) -> usiz
 pub const fn meetings(layers: usize) -> usize {
     2 * (layers - 1)
 }
-/// The first meeting's counter: past every layer's slice counters.
+/// The first meeting's counter: past the grid barrier's and every layer's slice counters.
 pub const fn meetings_at(layers: usize, slices: usize) -> usize {
-    exchange_counter(layers, slices, 0)
+    1 + layers * slices
 }
 /// Meeting `meeting`'s counter for part `part`, from [`meetings_at`].
 pub const fn meeting_counter(meeting: usize, part: usize) -> usize {
@@ -265,7 +265,10 @@ mod tests {
         // layout: the same bytes in the same places. A later layer's block takes its rows of
         // the batch from its row's layout too, and the plan places its regions: the same rows.
         for v in VARIANTS.iter().filter(|v| v.layers > 1) {
-            for batch in [1, 8, 120, 128] {
+            for batch in [1, 8, 120, 128, 200, 256]
+                .into_iter()
+                .filter(|&b| v.takes_batch(b))
+            {
                 let plan = Plan::of(batch, 3, widths(&[784, 64, 48, 40]), v.parts);
                 for (l, dim) in [(1, 64), (2, 48)] {
                     assert_eq!(plan.layers[l].rows, v.smem(batch, dim, 0).rows, "{batch}");

@@ -17,7 +17,7 @@ pub const fn plane_words(rows: usize, width: usize) -> usize {
     rows * width / 4 * 4
 }
 
-// Its one user, the layer engine, is Hopper's alone.
+// Its one user, the layer engine, needs sm_80 PTX on.
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod kernel {
     use super::super::THREADS;

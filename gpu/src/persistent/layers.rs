@@ -300,8 +300,8 @@ fn forwards<A: Acc, F: Row, const P: usize, const T: usize, const L: usize, cons
                     shared.input(l + 1).publish(b, b.h(0), b.j0, k);
                     t.mark();
                 } else {
-                    let lay = (shared, l);
-                    last = Some(last_layer::<A, F, P, T, K>((b, s), &h[l], ring, t, lay));
+                    let at = (shared, l);
+                    last = Some(last_layer::<A, F, P, T, K>((b, s), &h[l], ring, t, at));
                 }
             } else if l < L - 1 {
                 t.skip(2);

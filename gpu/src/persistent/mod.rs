@@ -77,7 +77,8 @@ pub const WARPS: usize = THREADS / 32;
 pub const TILE_WARPS: usize = 4;
 /// Limits of the kernel: four 16-row tiles per half batch (each warp of the forward takes all
 /// four), seven 16-wide tiles of dW1ᵀ along the input per warp, the classes within one k = 16
-/// step. Hopper's `quartered` variant takes twice the batch, in four parts.
+/// step. The variants of four parts with a part's 64 rows (`quartered`, `deep_quartered`) take
+/// twice the batch.
 pub const MAX_BATCH: usize = 128;
 pub const MAX_DIM: usize = 896;
 pub const MAX_CLASSES: usize = 16;

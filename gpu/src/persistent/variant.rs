@@ -187,17 +187,16 @@ impl Variant {
     /// How the first line of a run names it, after the block count.
     pub fn describe(&self, stages: usize) -> String {
         let units = self.units();
+        // Said where the batch is not in a pair's halves (the offchip row says its own).
+        let parts = if self.parts == MAX_PARTS {
+            format!(", the batch in {} parts", self.parts)
+        } else {
+            String::new()
+        };
+        let single = ", one batch buffer refilled after dW1";
         match (self.batch, self.w1) {
-            _ if self.layers > 1 && self.parts == PAIR => format!(
-                ", {} hidden layers, one batch buffer refilled after dW1",
-                self.layers
-            ),
-            _ if self.layers > 1 => format!(
-                ", {} hidden layers, one batch buffer refilled after dW1, the batch in {} parts",
-                self.layers, self.parts
-            ),
-            (Batch::Double, _) if self.parts == PAIR => String::new(),
-            (Batch::Double, _) => format!(", the batch in {} parts", self.parts),
+            _ if self.layers > 1 => format!(", {} hidden layers{single}{parts}", self.layers),
+            (Batch::Double, _) => parts,
             (Batch::Ring, W1State::Global) => format!(
                 ", {units} hidden units a block, the whole batch streamed in {CHUNK}-input \
                  chunks through {stages} stages, W1's state in global memory"
@@ -205,16 +204,8 @@ impl Variant {
             (Batch::Ring, _) => {
                 format!(", the batch streamed in {CHUNK}-input chunks through {stages} stages")
             }
-            (Batch::Single, _) if self.n > 1 => {
-                format!(", {units} hidden units a block, one batch buffer refilled after dW1")
-            }
-            (Batch::Single, _) if self.parts == PAIR => {
-                ", one batch buffer refilled after dW1".into()
-            }
-            (Batch::Single, _) => format!(
-                ", one batch buffer refilled after dW1, the batch in {} parts",
-                self.parts
-            ),
+            (Batch::Single, _) if self.n > 1 => format!(", {units} hidden units a block{single}"),
+            (Batch::Single, _) => format!("{single}{parts}"),
         }
     }
 }
@@ -414,8 +405,8 @@ mod tests {
             );
             assert!([1, PAIR, MAX_PARTS].contains(&v.parts), "{name}");
             // A block holds at most the four 16-row tiles of its tile warps (the offchip
-            // kernel's eight warps the whole batch of 128); past 128 rows only Hopper's two
-            // buffers of four parts.
+            // kernel's eight warps the whole batch of 128); past 128 rows only four parts:
+            // Hopper's two buffers with one hidden layer, one buffer with several.
             assert!(v.tiles() <= tiles(PAIR) || v.offchip(), "{name}");
             assert_eq!(v.parts * v.tiles() * 16, v.most_batch, "{name}");
             if v.most_batch > MAX_BATCH {

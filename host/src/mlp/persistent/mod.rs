@@ -37,12 +37,13 @@ pub struct Persistent {
     smem_bytes: usize,
     /// Fixed-point logit sums, one slot per step in rotation.
     logits: Buf<i64>,
-    /// Each block's shares of the gradients, for the other blocks of its slice (empty where a
-    /// slice is a cluster, whose blocks write them straight into each other's shared memory).
+    /// Each block's shares of each hidden layer's gradients, for the other blocks of its slice
+    /// (empty where a slice is a cluster, whose blocks write them straight into each other's
+    /// shared memory).
     exchange: Buf<u32>,
-    /// Arrival counts of the grid barrier, then of each slice's barrier (the grid's alone where
-    /// slices are clusters; with several hidden layers, then the meetings of each half's
-    /// blocks); zeroed before each launch.
+    /// Arrival counts of the grid barrier, of each layer's slice barriers (unused where slices
+    /// are clusters) and of the layer engine's meetings of each part's blocks ([`counters`]);
+    /// zeroed before each launch.
     counters: Buf<u32>,
     /// What the blocks of the layer engine share ([`Scratch`]; empty with one layer): each
     /// later layer's input and output gradient (flagged lines up to 128 units) and its W's two
@@ -128,7 +129,7 @@ impl Persistent {
         } else {
             layers * blocks * EXCHANGE
         };
-        let counters = counters(layers, slices);
+        let counts = counters(layers, slices);
         let scratch = if layers > 1 {
             Scratch::of(batch, layers, hidden_widths(sizes)).len
         } else {
@@ -151,7 +152,7 @@ impl Persistent {
             smem_bytes,
             logits: arena.alloc(LOGIT_SLOTS * logits_slot(batch, sizes[sizes.len() - 1]))?,
             exchange: arena.alloc(exchange)?,
-            counters: arena.alloc(counters)?,
+            counters: arena.alloc(counts)?,
             scratch: arena.alloc(scratch)?,
             batches: [
                 arena.alloc(epoch_rows * smem.stride)?,

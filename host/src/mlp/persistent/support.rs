@@ -111,8 +111,8 @@ fn feeds_by_preference() -> impl Iterator<Item = Feed> {
 }
 
 /// One line per row of [`VARIANTS`], for `host info`: whether this GPU, with the PTX it loaded
-/// and its shared memory a block, runs the variant for MNIST's 784 inputs at its largest batch
-/// (128, or 256 for the rows of four parts; a ring with the most stages that fit), or why not. Whether all
+/// and its shared memory a block, runs the variant for MNIST's 784 inputs at the row's largest
+/// batch (a ring with the most stages that fit), or why not. Whether all
 /// its blocks are resident depends on the hidden width; a run's first line says which variant
 /// it takes.
 pub fn describe_variants(gpu: &Gpu) -> Vec<String> {
@@ -228,33 +228,64 @@ pub fn support_sliced(
     Ok(Support::No(why))
 }
 
-/// Whether the layer engine (the first row of this depth that takes the batch) trains layers
-/// `sizes` (two or more hidden) with this batch and accumulator on this GPU, with every block
-/// resident, or why not.
+/// Whether the layer engine trains layers `sizes` (two or more hidden) with this batch and
+/// accumulator on this GPU: the first row of this depth in the PTX that takes the batch, fits
+/// the block's shared memory and has every block resident; else why the first such row that
+/// takes the batch does not.
 fn choose_layers(
     gpu: &Gpu,
     sizes: &[usize],
     batch: usize,
     (acc, units): (Accum, Option<usize>),
 ) -> Result<Support> {
-    let layers = sizes.len() - 2;
-    let target = gpu.ptx.target();
-    let rows = || VARIANTS.iter().filter(|v| v.layers == layers);
-    let most = rows().map(|v| v.most_batch).max().unwrap_or(0);
+    let (layers, target) = (sizes.len() - 2, gpu.ptx.target());
     let kernel = format!("its {layers}-layer kernel");
-    let Some(v) = rows().find(|v| v.takes_batch(batch)) else {
-        let why = format!("the batch {batch} is above {most}, the most of {kernel}s");
+    let rows = || VARIANTS.iter().filter(|v| v.layers == layers);
+    let in_ptx = || rows().filter(|v| v.exists_in(target));
+    let Some(most) = in_ptx().map(|v| v.most_batch).max() else {
+        let archs = rows().next().expect("a row for every depth").archs;
+        let why = format!("{kernel} is in {archs}, not in {}", gpu.describe_ptx());
         return Ok(Support::No(why));
     };
+    let mut first_refusal = None;
+    for v in in_ptx().filter(|v| v.takes_batch(batch)) {
+        match layer_row_refused(gpu, v, sizes, batch, (acc, units))? {
+            None => {
+                return Ok(Support::Yes(Feed {
+                    variant: v,
+                    stages: 0,
+                }));
+            }
+            Some(why) => {
+                first_refusal.get_or_insert(why);
+            }
+        }
+    }
+    let why = first_refusal.unwrap_or_else(|| {
+        format!(
+            "the batch {batch} is above {most}, the most of {kernel}s in {}",
+            gpu.describe_ptx()
+        )
+    });
+    Ok(Support::No(why))
+}
+
+/// Why the layer engine's row `v` does not train layers `sizes` at this batch with this
+/// accumulator on this GPU, if it does not.
+fn layer_row_refused(
+    gpu: &Gpu,
+    v: &'static Variant,
+    sizes: &[usize],
+    batch: usize,
+    (acc, units): (Accum, Option<usize>),
+) -> Result<Option<String>> {
     let feed = Feed {
         variant: v,
         stages: 0,
     };
-    let hidden = &sizes[1..=layers];
-    let bytes = feed.smem_bytes(batch, sizes);
-    let why = if !v.exists_in(target) {
-        format!("{kernel} is in {}, not in {}", v.archs, gpu.describe_ptx())
-    } else if !v.has(acc) {
+    let (hidden, bytes) = (&sizes[1..sizes.len() - 1], feed.smem_bytes(batch, sizes));
+    let kernel = format!("its {}-layer kernel", v.layers);
+    let why = if !v.has(acc) {
         format!("{kernel} has no {} accumulators", acc.suffix())
     } else if units.is_some_and(|u| u != v.units()) {
         format!("{kernel} takes {} hidden units a block", v.units())
@@ -267,18 +298,18 @@ fn choose_layers(
         )
     } else {
         let f = function(gpu, acc, feed, bytes)?;
-        let cluster = v.clustered(target).then_some(PAIR);
+        let cluster = v.clustered(gpu.ptx.target()).then_some(PAIR);
         let resident = resident_blocks(gpu, &f, bytes, cluster)?;
         let blocks = v.parts * hidden[0] / UNITS;
         if blocks <= resident {
-            return Ok(Support::Yes(feed));
+            return Ok(None);
         }
         format!(
             "{blocks} blocks ({} per 8 units of the first hidden layer) must be resident at once, this GPU holds {resident}",
             v.parts
         )
     };
-    Ok(Support::No(why))
+    Ok(Some(why))
 }
 
 /// Why the layer engine does not take `hidden` widths, if it does not: each but the last is a
@@ -636,7 +667,7 @@ mod tests {
     }
 
     /// Batches past 128 take Hopper's four parts of up to 64 rows in two buffers each (the
-    /// layout of two halves of 128); other PTX has no kernel for them.
+    /// layout of two halves of 128); other PTX has no one-layer kernel for them.
     #[test]
     fn batches_past_128_take_four_parts_on_hopper() {
         let room = HOPPER_SMEM;
