@@ -29,6 +29,10 @@ fn dw1_word(b: &Block, mt: usize, p: usize) -> usize {
 
 /// Where the small shares (dW2, db2, db1) start among a block's words.
 const SMALL_AT: usize = WARPS * TILES_PER_WARP * 2 * 32;
+/// Where slice 0's blocks leave their warps' sums of the step's loss, then of the correct
+/// count, where the batch is in four parts ([`loss_in_parts`]).
+const LOSS_AT: usize = SMALL_AT + small_shares(1);
+const _: () = assert!(LOSS_AT + 2 * WARPS == EXCHANGE);
 /// The partner's shares of the next step have this many bytes (Hopper): dW1's of the n-tiles
 /// this block updates, and the small ones (db1's alone where the block has no classes: a layer
 /// of the layer engine whose next layer is not the logits).
@@ -111,6 +115,42 @@ const fn in_cluster(parts: usize) -> bool {
 #[inline(always)]
 fn area_of(b: &Block, blk: usize) -> usize {
     (b.layer.index as usize * b.blocks as usize + blk) * EXCHANGE
+}
+
+/// Whether the parts of a slice of row `v` add their shares of the loss through the exchange
+/// area, in part order: four parts' fp32 adds into one word in the order they arrive would not
+/// give the same bits every run (two do, in either order). The layer engine's do; the one-layer
+/// kernels' quarters keep the adds, since the part-order sum's registers cost `quartered` 4%
+/// of its step at batch 256.
+pub const fn loss_in_parts(v: &Variant) -> bool {
+    v.parts == MAX_PARTS && v.layers > 1
+}
+
+/// Warp `b.warp`'s sums of the step's loss and correct count into the block's exchange area
+/// ([`loss_in_parts`]), before the slice's barrier.
+#[inline(always)]
+pub fn put_loss(b: &Block, (loss, correct): (f32, f32)) {
+    let area = (b.args.exchange as *mut f32).wrapping_add(area_of(b, b.blk as usize) + LOSS_AT);
+    unsafe {
+        *area.add(b.warp) = loss;
+        *area.add(WARPS + b.warp) = correct;
+    }
+}
+
+/// The step's loss and correct count of the `parts` parts of `b`'s slice, from their exchange
+/// areas after the slice's barrier: each part's warps in order, the parts in order.
+#[inline(always)]
+pub fn parts_loss(b: &Block, parts: usize) -> (f32, f32) {
+    let exchange = b.args.exchange as *const u32;
+    let (mut loss, mut correct) = (0.0, 0.0);
+    for q in 0..parts {
+        let area = exchange.wrapping_add(area_of(b, b.slice as usize * parts + q) + LOSS_AT);
+        for w in 0..WARPS {
+            loss += f32::from_bits(ld_global_cg_u32(area.wrapping_add(w)));
+            correct += f32::from_bits(ld_global_cg_u32(area.wrapping_add(WARPS + w)));
+        }
+    }
+    (loss, correct)
 }
 
 /// Where this block's shares go.

@@ -229,7 +229,7 @@ pub unsafe fn train<
                     let (b, s) = (&bs[l], &ss[l]);
                     let sums = exchange::receive::<A, P, 1, 1, K>(b, s, (&dw, db), || {});
                     if l == L - 1 {
-                        softmax::record_loss(b, s);
+                        softmax::record_loss::<F>(b, s);
                     }
                     update::sgd_step(b, s, &mut w.later[l - 1], &sums, &out);
                 }
@@ -378,7 +378,7 @@ fn last_layer<A: Acc, F: Row, const P: usize, const T: usize, const K: usize>(
     backward::output_grads::<T, 1>(b, &out);
     let send = |theirs: &_| out.send_dw1(b, theirs, b.peer0);
     let dw = backward::dw1_shares::<A, F, T, 1, 1, K>(b, s, ring, send);
-    softmax::loss_sums(b, part);
+    softmax::loss_sums::<F>(b, part);
     t.mark();
     (dw, db, out)
 }

@@ -250,8 +250,9 @@ pub const LOGIT_SLOTS: usize = 3;
 /// both the writes and the reads are coalesced): its share of dW1 as fp16 pairs
 /// (`[tile][pair][lane]`; the layered path keeps weight gradients in fp16 too), then f32 shares
 /// of dW2 and db2 (`[element][lane]` each) and of db1. (Within a Hopper cluster they go to the
-/// partner's shared memory; slices of one n-tile only exchange through global memory.)
-pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + small_shares(1);
+/// partner's shared memory; slices of one n-tile only exchange through global memory.) Then, in
+/// four parts, the warps' sums of slice 0's loss and correct count.
+pub const EXCHANGE: usize = WARPS * TILES_PER_WARP * 2 * 32 + small_shares(1) + 2 * WARPS;
 /// Words of the shares of dW2 and db2 and of db1 with slices of `n` n-tiles.
 pub const fn small_shares(n: usize) -> usize {
     own_shares(n) + n * UNITS

@@ -55,7 +55,7 @@ pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
         logits::exchange(&b, &s);
         t.mark();
         let part = softmax::cross_entropy_whole_batch(&b, &s);
-        softmax::loss_sums(&b, part);
+        softmax::loss_sums::<F>(&b, part);
         t.mark();
         backward::hidden_grad(&b, &h);
         t.mark();
@@ -65,7 +65,7 @@ pub(super) unsafe fn train<F: Row, const N: usize>(args: Params) {
         t.mark();
         dw1_step::<N>(&b, &mut ring);
         t.mark();
-        softmax::record_loss(&b, &s);
+        softmax::record_loss::<F>(&b, &s);
         small_step::<N>(&b);
         t.mark();
     }

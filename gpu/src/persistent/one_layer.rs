@@ -101,7 +101,7 @@ pub(super) unsafe fn train<
         let send = |theirs: &_| out.send_dw1(&b, theirs, b.peer0);
         let dw1 = backward::dw1_shares::<A, F, T, N, O, TILES_PER_WARP>(&b, &s, &mut ring, send);
         t.mark();
-        softmax::loss_sums(&b, part);
+        softmax::loss_sums::<F>(&b, part);
         t.mark();
         let sums = exchange::receive::<A, P, N, O, TILES_PER_WARP>(&b, &s, (&dw1, db1), || {
             if !ring_fed {
@@ -109,7 +109,7 @@ pub(super) unsafe fn train<
             }
         });
         t.mark();
-        softmax::record_loss(&b, &s);
+        softmax::record_loss::<F>(&b, &s);
         update::sgd_step(&b, &s, &mut w1, &sums, &out);
         if const { forward::reads_own_w1_rows::<A>(F::V.ring(), T) } {
             sync_warp();

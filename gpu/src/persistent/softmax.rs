@@ -2,6 +2,7 @@
 //! each row's loss and whether its arg-max is the label, and the gradient of the logits,
 //! scaled by 1/batch, into shared memory in fp16 for the backward.
 use super::context::{Block, Step};
+use super::exchange;
 use super::logits::FIX;
 use super::*;
 use crate::arch::*;
@@ -37,16 +38,20 @@ pub fn cross_entropy_whole_batch(b: &Block, s: &Step) -> (f32, f32) {
 }
 
 /// Slice 0, which records the loss: each warp's sums of the threads' `part`s in shared memory,
-/// for [`record_loss`] after the next block barrier. The kernels that exchange gradient shares
-/// call it where the block waits for the other blocks' anyway, off the way from the softmax to
-/// the backward; the offchip kernel, which waits for none, right after the softmax.
+/// for [`record_loss`] after the next block barrier (where row `F`'s parts add theirs in part
+/// order, [`exchange::loss_in_parts`], in the block's exchange area, for part 0's after the
+/// slice's barrier). The kernels that exchange gradient shares call it where the block waits
+/// for the other blocks' anyway, off the way from the softmax to the backward; the offchip
+/// kernel, which waits for none, right after the softmax.
 #[inline(always)]
-pub fn loss_sums(b: &Block, (l_sum, c_sum): (f32, f32)) {
+pub fn loss_sums<F: Row>(b: &Block, (l_sum, c_sum): (f32, f32)) {
     if b.slice != 0 {
         return;
     }
     let (l_w, c_w) = (warp_sum(l_sum), warp_sum(c_sum));
-    if b.lane == 0 {
+    if b.lane == 0 && const { exchange::loss_in_parts(&F::V) } {
+        exchange::put_loss(b, (l_w, c_w));
+    } else if b.lane == 0 {
         unsafe {
             *b.small().loss.add(b.warp) = l_w;
             *b.small().correct.add(b.warp) = c_w;
@@ -164,17 +169,23 @@ fn label(b: &Block, s: &Step, r: usize, ring: bool) -> usize {
 /// and no W2 to update.
 const RECORDER: usize = 32;
 
-/// Slice 0's [`RECORDER`] adds the step's mean loss and correct count into their slots.
+/// Slice 0's [`RECORDER`] adds the step's mean loss and correct count into their slots: each
+/// block its own part's, or ([`exchange::loss_in_parts`]) part 0's block the sums of all.
 #[inline(always)]
-pub fn record_loss(b: &Block, s: &Step) {
-    if b.slice != 0 || b.tid != RECORDER {
+pub fn record_loss<F: Row>(b: &Block, s: &Step) {
+    let in_parts = const { exchange::loss_in_parts(&F::V) };
+    if b.slice != 0 || b.tid != RECORDER || (in_parts && b.part != 0) {
         return;
     }
     let (mut ls, mut cs) = (0.0, 0.0);
-    for i in 0..WARPS {
-        unsafe {
-            ls += *b.small().loss.add(i);
-            cs += *b.small().correct.add(i);
+    if in_parts {
+        (ls, cs) = exchange::parts_loss(b, F::V.parts);
+    } else {
+        for i in 0..WARPS {
+            unsafe {
+                ls += *b.small().loss.add(i);
+                cs += *b.small().correct.add(i);
+            }
         }
     }
     let (loss, correct) = (b.args.loss as *mut f32, b.args.correct as *mut f32);

@@ -12,6 +12,8 @@ mod epilogue;
 mod mainloop;
 mod tile;
 
+// For the direct kernel, which is sm_80's on.
+#[cfg(target_feature = "sm_80")]
 pub(super) use epilogue::store_pair_out_of_line;
 
 use super::Args;
