@@ -28,6 +28,8 @@ mod simt;
 #[cfg(target_arch = "nvptx64")]
 pub use simt::epilogue;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod accumulator;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod pingpong;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;

@@ -16,11 +16,10 @@
 //! Shared memory: each consumer's staging area for C (`BM`×`BN` fp16 as the copy engine's
 //! 64 × 64 boxes), then the ring, then its barriers
 //! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
-use super::descriptor::accumulator_pair;
+use super::accumulator::Accumulator;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
-use super::simt::store_pair;
-use super::warpgroup::{Accumulator, Atom, Ring, k_step, load_operand, plain, release};
-use super::warpgroup::{EPILOGUE_BARRIER, staged, store_staged};
+use super::warpgroup::{Atom, Ring, k_step, load_operand, release};
+use super::warpgroup::{EPILOGUE_BARRIER, staged, store_pairs, store_staged_epilogue};
 use super::{Args, PING_PONG_REGISTERS};
 use crate::arch::*;
 
@@ -216,19 +215,9 @@ fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const STAGES: usiz
         }
         bar_sync_n(EPILOGUE_BARRIER + wg, 128);
         let at = (staging, (m0, n0), (wg, lane), map_c);
-        if plain(p) {
-            store_staged::<A, MI, BN, 1, STAGES, true>(p, acc, at);
-        } else {
-            store_staged::<A, MI, BN, 1, STAGES, false>(p, acc, at);
-        }
+        store_staged_epilogue::<A, MI, BN, 1, STAGES>(p, acc, at);
     } else {
-        for (mi, acc) in acc.iter().enumerate() {
-            for j in 0..BN / 4 {
-                let (r, c) = accumulator_pair(lane as usize, j);
-                let (v0, v1) = acc.pair(j);
-                store_pair(p, m0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
-            }
-        }
+        store_pairs::<A, MI, BN>(p, acc, (m0, n0), lane);
     }
 }
 

@@ -14,72 +14,12 @@
 //! written by every producer of the cluster, so `empty[s]` counts the consumer warpgroups of
 //! the whole cluster, and each consumer releases a stage in every block.
 use super::Args;
+use super::accumulator::Accumulator;
 use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
 use super::descriptor::{C_BOX_BYTES, copy_engine_reaches, staged_c_row};
 use super::descriptor::{accumulator_pair, operand_descriptor};
 use super::simt::store_pair;
 use crate::arch::*;
-
-/// A warpgroup's accumulators for one m64nN instruction, fp32 or f16x2.
-pub trait Accumulator: Copy {
-    const ZERO: Self;
-    /// `self += A·B` over one k16 step; `A_MN`/`B_MN`: the operand is stored MN-major.
-    fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64);
-    /// The two fp32 values of pair `j` (see [`accumulator_pair`]).
-    fn pair(&self, j: usize) -> (f32, f32);
-    /// Pair `j` rounded to fp16, as one `f16x2` word: what the plain product stores.
-    fn packed(&self, j: usize) -> u32;
-}
-
-macro_rules! accumulator {
-    ($ty:ty, $zero:expr, $mma:ident, $pair:ident, $packed:ident) => {
-        impl Accumulator for $ty {
-            const ZERO: Self = [$zero; _];
-            #[inline(always)]
-            fn mma<const A_MN: bool, const B_MN: bool>(&mut self, a: u64, b: u64) {
-                $mma::<A_MN, B_MN>(self, a, b)
-            }
-            #[inline(always)]
-            fn pair(&self, j: usize) -> (f32, f32) {
-                $pair(self, j)
-            }
-            #[inline(always)]
-            fn packed(&self, j: usize) -> u32 {
-                $packed(self, j)
-            }
-        }
-    };
-}
-accumulator!([f32; 32], 0.0, wgmma_m64n64k16_f32, f32_pair, f32_packed);
-accumulator!([u32; 16], 0, wgmma_m64n64k16_f16, f16_pair, f16_packed);
-accumulator!([f32; 64], 0.0, wgmma_m64n128k16_f32, f32_pair, f32_packed);
-accumulator!([u32; 32], 0, wgmma_m64n128k16_f16, f16_pair, f16_packed);
-accumulator!([f32; 128], 0.0, wgmma_m64n256k16_f32, f32_pair, f32_packed);
-accumulator!([u32; 64], 0, wgmma_m64n256k16_f16, f16_pair, f16_packed);
-
-/// Pair `j` of fp32 accumulators: two adjacent registers.
-#[inline(always)]
-fn f32_pair(acc: &[f32], j: usize) -> (f32, f32) {
-    (acc[2 * j], acc[2 * j + 1])
-}
-
-/// Pair `j` of f16x2 accumulators: the two halves of one register.
-#[inline(always)]
-fn f16_pair(acc: &[u32], j: usize) -> (f32, f32) {
-    (h2f(acc[j] as u16), h2f((acc[j] >> 16) as u16))
-}
-
-/// Pair `j` of fp32 accumulators rounded as [`f2h`] rounds: one `cvt` of both.
-#[inline(always)]
-fn f32_packed(acc: &[f32], j: usize) -> u32 {
-    pack_h2(acc[2 * j], acc[2 * j + 1])
-}
-
-/// Pair `j` of f16x2 accumulators: the register itself.
-#[inline(always)]
-fn f16_packed(acc: &[u32], j: usize) -> u32 {
-    acc[j]
-}
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
 #[repr(C, align(1024))]
@@ -304,21 +244,50 @@ fn consume<
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
     let at = (ring, (row0, n0), (wg, lane), map_c);
     if staged(p) {
-        if plain(p) {
-            store_staged::<A, MI, BN, WG, STAGES, true>(p, &acc, at);
-        } else {
-            store_staged::<A, MI, BN, WG, STAGES, false>(p, &acc, at);
-        }
+        store_staged_epilogue::<A, MI, BN, WG, STAGES>(p, &acc, at);
         if lane == 0 {
             bulk_wait_read::<0>();
         }
     } else {
-        for (mi, acc) in acc.iter().enumerate() {
-            for j in 0..BN / 4 {
-                let (r, c) = accumulator_pair(lane as usize, j);
-                let (v0, v1) = acc.pair(j);
-                store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
-            }
+        store_pairs::<A, MI, BN>(p, &acc, (row0, n0), lane);
+    }
+}
+
+/// [`store_staged`] of this epilogue: the plain product's rounding alone where [`plain`]
+/// holds, else the whole epilogue.
+#[inline(always)]
+pub(super) fn store_staged_epilogue<
+    A: Accumulator,
+    const MI: usize,
+    const BN: usize,
+    const WG: usize,
+    const STAGES: usize,
+>(
+    p: &Args,
+    acc: &[A; MI],
+    at: (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
+) {
+    if plain(p) {
+        store_staged::<A, MI, BN, WG, STAGES, true>(p, acc, at);
+    } else {
+        store_staged::<A, MI, BN, WG, STAGES, false>(p, acc, at);
+    }
+}
+
+/// The warpgroup's accumulators into C pair by pair, where the copy engine does not take them:
+/// rows from `row0`, columns from `n0`, the lane's pairs of each 64-row block.
+#[inline(always)]
+pub(super) fn store_pairs<A: Accumulator, const MI: usize, const BN: usize>(
+    p: &Args,
+    acc: &[A; MI],
+    (row0, n0): (u32, u32),
+    lane: u32,
+) {
+    for (mi, acc) in acc.iter().enumerate() {
+        for j in 0..BN / 4 {
+            let (r, c) = accumulator_pair(lane as usize, j);
+            let (v0, v1) = acc.pair(j);
+            store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
         }
     }
 }
