@@ -324,6 +324,7 @@ fn bad_configs_are_errors() {
         stages: 4,
         cluster_m: 1,
         mainloop: gpu::gemm::Mainloop::Staged,
+        accums: &[gpu::gemm::Accum::F16],
     }));
     let p = Problem::new(64, 64, 64, Layout::NN);
     let e = gemm::launch(&g, Version::Tensor(huge, gpu::gemm::Accum::F16), &p, none).unwrap_err();

@@ -15,8 +15,6 @@
 //! takes their SGD step, writing the new fp16 copy to C. On one GPU an MLP's weights take their
 //! update this way, with no gradient written and read back.
 
-use crate::target::Target;
-
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 mod direct;
 #[cfg(target_arch = "nvptx64")]
@@ -36,13 +34,15 @@ mod tensor;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod warpgroup;
 
+mod config;
 pub mod descriptor;
 mod mainloop;
 mod registers;
 mod rules;
+pub use config::TileConfig;
 pub use mainloop::Mainloop;
 pub use registers::{PING_PONG_REGISTERS, PingPongRegisters};
-pub use rules::{CP_ASYNC_MAX_STAGES, MMA_SYNC_MAX_BK};
+pub use rules::{CP_ASYNC_MAX_STAGES, MAX_ACCUMULATOR_REGISTERS, MMA_SYNC_MAX_BK};
 
 /// fp16 elements of padding after each row of the C tile the SGD epilogue stages in shared
 /// memory: 16 bytes, which puts the 8 rows one fragment store writes in distinct banks.
@@ -131,149 +131,58 @@ pub const DIRECT_WARPS: usize = 4;
 /// The lowest compute capability (×10) of the direct rung: `m16n8k16`.
 pub const DIRECT_MIN_SM: u32 = 80;
 
-/// One tensor-core kernel configuration, named as CUTLASS names the GEMM hierarchy.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct TileConfig {
-    pub name: &'static str,
-    /// Threadblock tile (M, N, K): the C tile one block computes and the K slice it stages.
-    pub block: (usize, usize, usize),
-    /// Warp tile (M, N): the part of the block tile one warp computes; K is the block's. On
-    /// `wgmma` rows, the warpgroup tile: what one warpgroup of 4 warps computes.
-    pub warp: (usize, usize),
-    /// Instruction shape (M, N, K): one `mma.sync`, 16×8×8 (sm_75) or 16×8×16 (sm_80+), or one
-    /// `wgmma`, 64×N×16 (sm_90a).
-    pub instruction: (usize, usize, usize),
-    /// Shared-memory stages. 2 with register staging on sm_75, ≥ 2 with `cp.async` on sm_80+ or
-    /// the copy engine's tensor copies on sm_90a.
-    pub stages: usize,
-    /// Blocks of a cluster along M (`wgmma` rows; 1 elsewhere), which need the same B tiles:
-    /// each loads a share, which the copy engine multicasts to all of them.
-    pub cluster_m: usize,
-    /// How the mainloop stages and multiplies the tiles, which decides the PTX it needs.
-    pub mainloop: Mainloop,
-}
-
-impl TileConfig {
-    /// A warpgroup rung: `wgmma` fed by tensor copies, which needs sm_90a PTX.
-    pub const fn is_wgmma(&self) -> bool {
-        matches!(self.mainloop, Mainloop::Wgmma | Mainloop::PingPong)
-    }
-    /// The ping-pong rung: persistent blocks, a tile a consumer warpgroup.
-    pub const fn is_ping_pong(&self) -> bool {
-        matches!(self.mainloop, Mainloop::PingPong)
-    }
-    /// Lowest compute capability (×10) whose PTX holds the kernel.
-    pub const fn min_sm(&self) -> u32 {
-        self.mainloop.min_sm()
-    }
-    /// Warps, or on `wgmma` rows consumer warpgroups, of a block.
-    const fn warp_tiles(&self) -> usize {
-        (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
-    }
-    /// Quads of the SGD step each thread has in flight ([`sgd_quads_in_flight`]); `mma.sync`
-    /// rows only (the `wgmma` rungs take no step).
-    pub const fn sgd_quads_in_flight(&self) -> usize {
-        let fragments = (self.warp.0 / self.instruction.0) * (self.warp.1 / self.instruction.1);
-        sgd_quads_in_flight(fragments)
-    }
-    /// Block tiles of an M×N output.
-    pub const fn tiles(&self, m: usize, n: usize) -> usize {
-        m.div_ceil(self.block.0) * n.div_ceil(self.block.1)
-    }
-    /// Threads of a block: its warps, or on `wgmma` rows its consumer warpgroups (two on
-    /// ping-pong rows) and the producer warpgroup that issues the copies.
-    pub const fn threads(&self) -> usize {
-        if self.is_ping_pong() {
-            128 * 3
-        } else if self.is_wgmma() {
-            128 * (self.warp_tiles() + 1)
-        } else {
-            32 * self.warp_tiles()
-        }
-    }
-    /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
-    /// `mbarrier` pair per stage (full, empty) after them; ping-pong rows first stage each
-    /// consumer warpgroup's fp16 C tile.
-    pub const fn smem_bytes(&self) -> usize {
-        let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
-        if self.is_ping_pong() {
-            2 * self.block.0 * self.block.1 * 2 + tiles + self.stages * 16
-        } else if self.is_wgmma() {
-            tiles + self.stages * 16
-        } else {
-            tiles
-        }
-    }
-    /// Dynamic shared memory an `mma.sync` kernel that takes an SGD step needs: at least the
-    /// fp16 C tile its epilogue stages there, rows padded by [`STAGED_PAD`]. Only then: on
-    /// Turing, the larger size would fit one block an SM where two fit.
-    pub const fn smem_bytes_stepping(&self) -> usize {
-        let staged = self.block.0 * (self.block.1 + STAGED_PAD) * 2;
-        if staged > self.smem_bytes() {
-            staged
-        } else {
-            self.smem_bytes()
-        }
-    }
-    /// Whether PTX built for `target` holds the kernel (`wgmma` exists in sm_90a PTX alone).
-    pub const fn in_ptx(&self, target: Target) -> bool {
-        self.mainloop.in_ptx(target)
-    }
-    /// Copies without staging through registers (`cp.async`, or the copy engine).
-    pub const fn is_async(&self) -> bool {
-        !matches!(self.mainloop, Mainloop::Staged)
-    }
-}
-
 /// The one table to edit for another GPU. Each row: name, threadblock tile M N K, warp (or
 /// warpgroup) tile M N, instruction M N K, stages, blocks of a cluster along M, mainloop
-/// ([`Mainloop`]: `staged`, `cp_async` or `wgmma`). Each row is compiled into every PTX that
-/// has its mainloop's instructions (`wgmma` rows into sm_90a PTX only); the host picks among
-/// them per shape.
+/// ([`Mainloop`]: `staged`, `cp_async`, `wgmma` or `ping_pong`), the accumulators it has
+/// kernels for. Each row is compiled into every PTX that has its mainloop's instructions
+/// (`wgmma` rows into sm_90a PTX only); the host picks among them per shape.
 #[macro_export]
 macro_rules! tile_configs {
     ($then:ident) => {
         $then! {
             // Turing (sm_75): m16n8k8, register-staged double buffer.
-            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, staged),
-            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, staged),
+            (tc75_128x128x32_64x32, 128, 128, 32, 64, 32, 16, 8, 8, 2, 1, staged, [f16 f32]),
+            (tc75_64x64x32_32x32, 64, 64, 32, 32, 32, 16, 8, 8, 2, 1, staged, [f16 f32]),
             // Small tiles, for outputs of a few 64×64 tiles: four times the blocks.
-            (tc75_32x32x32_16x16, 32, 32, 32, 16, 16, 16, 8, 8, 2, 1, staged),
+            (tc75_32x32x32_16x16, 32, 32, 32, 16, 16, 16, 8, 8, 2, 1, staged, [f16 f32]),
             // Ampere and later: m16n8k16, cp.async multi-stage pipeline.
-            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, cp_async),
-            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, cp_async),
-            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 1, cp_async),
-            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 1, cp_async),
-            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, cp_async),
-            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, cp_async),
-            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, cp_async),
+            (tc80_128x256x32_64x64_s3, 128, 256, 32, 64, 64, 16, 8, 16, 3, 1, cp_async, [f16 f32]),
+            (tc80_128x128x32_64x64_s4, 128, 128, 32, 64, 64, 16, 8, 16, 4, 1, cp_async, [f16 f32]),
+            (tc80_128x128x64_64x64_s3, 128, 128, 64, 64, 64, 16, 8, 16, 3, 1, cp_async, [f16 f32]),
+            (tc80_128x128x64_64x32_s3, 128, 128, 64, 64, 32, 16, 8, 16, 3, 1, cp_async, [f16 f32]),
+            (tc80_128x128x32_64x32_s4, 128, 128, 32, 64, 32, 16, 8, 16, 4, 1, cp_async, [f16 f32]),
+            (tc80_64x64x32_32x32_s4, 64, 64, 32, 32, 32, 16, 8, 16, 4, 1, cp_async, [f16 f32]),
+            (tc80_64x64x64_32x32_s3, 64, 64, 64, 32, 32, 16, 8, 16, 3, 1, cp_async, [f16 f32]),
             // Small tiles, as on Turing.
-            (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, cp_async),
-            (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, cp_async),
+            (tc80_32x32x32_16x16_s4, 32, 32, 32, 16, 16, 16, 8, 16, 4, 1, cp_async, [f16 f32]),
+            (tc80_32x32x64_16x16_s3, 32, 32, 64, 16, 16, 16, 8, 16, 3, 1, cp_async, [f16 f32]),
             // Hopper (sm_90a): wgmma from 128B-swizzled tiles the copy engine fills.
             // 64 wide: a batch of 128 rows over N/64 blocks, one an SM for N up to 8192.
-            (wg90_128x64x64_64x64_s4, 128, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma),
-            (wg90_64x64x64_64x64_s4, 64, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma),
-            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma),
-            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, wgmma),
+            (wg90_128x64x64_64x64_s4, 128, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma, [f16 f32]),
+            (wg90_64x64x64_64x64_s4, 64, 64, 64, 64, 64, 64, 64, 16, 4, 1, wgmma, [f16 f32]),
+            (wg90_128x128x64_128x128_s4, 128, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma, [f16 f32]),
+            (wg90_128x128x64_64x128_s4, 128, 128, 64, 64, 128, 64, 128, 16, 4, 1, wgmma, [f16 f32]),
             // Three stages of 128×128 (96 KiB) fit two blocks an SM.
-            (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, wgmma),
-            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, wgmma),
-            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, wgmma),
-            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma),
+            (wg90_128x128x64_64x128_s3, 128, 128, 64, 64, 128, 64, 128, 16, 3, 1, wgmma, [f16 f32]),
+            (wg90_128x256x64_64x256_s3, 128, 256, 64, 64, 256, 64, 256, 16, 3, 1, wgmma, [f16 f32]),
+            (wg90_128x256x64_64x256_s4, 128, 256, 64, 64, 256, 64, 256, 16, 4, 1, wgmma, [f16 f32]),
+            (wg90_256x128x64_128x128_s4, 256, 128, 64, 128, 128, 64, 128, 16, 4, 1, wgmma, [f16 f32]),
             // Clusters of two blocks along M, which share each B tile (TMA multicast).
-            (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, wgmma),
-            (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, wgmma),
-            // Ping-pong: persistent blocks, each consumer warpgroup a 128×128 tile in turn.
-            // Five stages (160 KiB) and the two staged C tiles (64 KiB) fill Hopper's 227 KiB.
-            (wg90_128x128x64_128x128_s5_pp, 128, 128, 64, 128, 128, 64, 128, 16, 5, 1, ping_pong),
+            (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, wgmma, [f16 f32]),
+            (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, wgmma, [f16 f32]),
+            // Ping-pong: persistent blocks, each consumer warpgroup a whole tile in turn,
+            // beside the one staged C tile: 128×128 in five stages (160 + 32 KiB; a sixth
+            // measured no faster), 128×256 in three (144 + 64 KiB), fp16 sums alone (fp32
+            // ones would take 256 registers a thread).
+            (wg90_128x128x64_128x128_s5_pp, 128, 128, 64, 128, 128, 64, 128, 16, 5, 1, ping_pong, [f16 f32]),
+            (wg90_128x256x64_128x256_s3_pp, 128, 256, 64, 128, 256, 64, 256, 16, 3, 1, ping_pong, [f16]),
         }
     };
 }
 
 macro_rules! config_table {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $mainloop:ident),)*) => {
+        $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {
         /// Each row of [`tile_configs!`](crate::tile_configs) by its name, for code that names
         /// one (the host's per-GPU preferences).
         #[allow(non_upper_case_globals)]
@@ -287,6 +196,7 @@ macro_rules! config_table {
                 stages: $st,
                 cluster_m: $cm,
                 mainloop: mainloop!($mainloop),
+                accums: &[$(accum!($acc)),*],
             };)*
         }
         /// Every tensor-core configuration, from [`tile_configs!`](crate::tile_configs).
@@ -315,6 +225,16 @@ macro_rules! mainloop {
         Mainloop::PingPong
     };
 }
+/// The [`Accum`] of a row's accumulator column: `f16` or `f32`, as the kernels' names end.
+macro_rules! accum {
+    (f16) => {
+        $crate::gemm::Accum::F16
+    };
+    (f32) => {
+        $crate::gemm::Accum::F32
+    };
+}
+pub(crate) use accum;
 tile_configs!(config_table);
 
 /// Kernel name of a SIMT version (or of the direct rung, `"direct"`) for a layout.

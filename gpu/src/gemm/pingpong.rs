@@ -13,9 +13,13 @@
 //! The producer keeps few registers and gives the rest to the consumers (`setmaxnreg`,
 //! [`PING_PONG_REGISTERS`]).
 //!
-//! Shared memory: each consumer's staging area for C (`BM`×`BN` fp16 as the copy engine's
-//! 64 × 64 boxes), then the ring, then its barriers
-//! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
+//! The consumers share one staging area for C, which they take in turn as they take tiles:
+//! a consumer writes it once the copy engine has read the other's last tile out of it (two
+//! more named barriers). One area rather than one a consumer leaves room for a stage more,
+//! and for the 128×256 tiles, whose fp16 C is 64 KiB, for a third stage at all.
+//!
+//! Shared memory: the staging area (`BM`×`BN` fp16 as the copy engine's 64 × 64 boxes), then
+//! the ring, then its barriers ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
 use super::accumulator::Accumulator;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
 use super::warpgroup::{Atom, Ring, k_step, load_operand, release};
@@ -30,6 +34,10 @@ const GROUP_M: u32 = 8;
 /// Named barriers `TURN + wg`, which consumer warpgroup `wg` waits at for its turn, after its
 /// own epilogue barriers ([`EPILOGUE_BARRIER`]` + wg`); barrier 0 is the block's.
 const TURN: u32 = EPILOGUE_BARRIER + 2;
+
+/// Named barriers `STAGING + wg`, which consumer warpgroup `wg` waits at until the copy
+/// engine has read the other's last tile out of the staging area.
+const STAGING: u32 = TURN + 2;
 
 /// The tiles of an M×N output walked by one block: `(m0, n0)` of its `i`-th, if it has one.
 #[derive(Clone, Copy)]
@@ -83,14 +91,9 @@ pub fn gemm<
     maps: *const u8,
 ) {
     let bm = WGMMA_M * MI;
-    let base = shared_addr(dynamic_shared::<Atom>());
-    let staging = Ring::<STAGES> {
-        base,
-        a_bytes: 0,
-        b_bytes: 0,
-    };
+    let staging = shared_addr(dynamic_shared::<Atom>());
     let ring = Ring::<STAGES> {
-        base: base + 2 * (MI * BN / 64) as u32 * C_BOX_BYTES,
+        base: staging + (MI * BN / 64) as u32 * C_BOX_BYTES,
         a_bytes: (bm * BK * 2) as u32,
         b_bytes: (BN * BK * 2) as u32,
     };
@@ -120,15 +123,12 @@ pub fn gemm<
         if i > 0 {
             bar_sync_n(TURN + wg, 256);
         }
-        let next = walk.tile(i + 1).is_some().then_some(TURN + (1 - wg));
-        let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), next);
+        let next = walk.tile(i + 1).is_some();
+        let turn = next.then_some(TURN + (1 - wg));
+        let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), turn);
         let at = (tm * bm as u32, tn * BN as u32);
-        epilogue::<A, BN, MI, STAGES>(&p, &acc, (staging, at, (wg, lane), map_c));
+        epilogue::<A, BN, MI>(&p, &acc, (staging, at, (wg, lane), map_c), (i > 0, next));
         i += 2;
-    }
-    // The block ends only once the copy engine has read the last staged tile.
-    if lane == 0 {
-        bulk_wait_read::<0>();
     }
 }
 
@@ -199,45 +199,59 @@ fn mainloop<
     acc
 }
 
-/// A tile's epilogue: through the copy engine from the warpgroup's own staging area where the
-/// epilogue allows it, else pair by pair. The staging area is free once the previous tile's
-/// tensor stores have read it: their issuing thread waits for that here, a whole mainloop
-/// after it issued them, and the barrier holds the warpgroup's other threads until it has.
+/// A tile's epilogue: through the copy engine from the shared staging area where the epilogue
+/// allows it, else pair by pair. `after`: the other warpgroup staged the tile before this one,
+/// so this waits until that has been read; `before`: the other stages the next tile, so this
+/// lets it know once the copy engine has read this one (the issuing thread waits for that,
+/// and its warp arrives after it). The wait also keeps the block alive until its last tile
+/// has been read.
 #[inline(always)]
-fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const STAGES: usize>(
+fn epilogue<A: Accumulator, const BN: usize, const MI: usize>(
     p: &Args,
     acc: &[A; MI],
-    (staging, (m0, n0), (wg, lane), map_c): (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
+    (staging, (m0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
+    (after, before): (bool, bool),
 ) {
     if staged(p) {
+        if after {
+            bar_sync_n(STAGING + wg, 256);
+        }
+        let at = (staging, (m0, n0), (wg, lane), map_c);
+        store_staged_epilogue::<A, MI, BN>(p, acc, at);
         if lane == 0 {
             bulk_wait_read::<0>();
         }
-        bar_sync_n(EPILOGUE_BARRIER + wg, 128);
-        let at = (staging, (m0, n0), (wg, lane), map_c);
-        store_staged_epilogue::<A, MI, BN, 1, STAGES>(p, acc, at);
+        if before {
+            bar_arrive_n(STAGING + (1 - wg), 256);
+        }
     } else {
         store_pairs::<A, MI, BN>(p, acc, (m0, n0), lane);
     }
 }
 
-/// Exports `gemm_<config>_<layout>_<acc>` for every ping-pong row of `tile_configs!` (this
-/// module is built into sm_90a PTX alone): each warpgroup's tile `bm`×`bn`, `st` stages.
+/// Exports `gemm_<config>_<layout>_<acc>` for every ping-pong row of `tile_configs!` and
+/// accumulator of its row (this module is built into sm_90a PTX alone): each warpgroup's tile
+/// `bm`×`bn`, `st` stages.
 macro_rules! export_ping_pong {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
-        export_ping_pong!(@sm $mainloop, $name, $bm, $bn, $st);
+        $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(
+        export_ping_pong!(@sm $mainloop, [$($acc)*], ($name, $bm, $bn, $st));
     )*};
+    (@sm ping_pong, [$($acc:ident)*], $row:tt) => {
+        $(export_ping_pong!(@acc $acc, $row);)*
+    };
+    (@sm $other:tt, $($row:tt)*) => {};
     // Per layout, whether A and B are stored MN-major, as the warpgroup rungs take them.
-    (@sm ping_pong, $name:ident, $bm:expr, $bn:expr, $st:expr) => {
+    (@acc f16, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
         export_ping_pong!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $st);
         export_ping_pong!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $st);
         export_ping_pong!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $st);
+    };
+    (@acc f32, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
         export_ping_pong!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $st);
         export_ping_pong!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $st);
         export_ping_pong!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $st);
     };
-    (@sm $other:tt, $($row:tt)*) => {};
     (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
      $bm:expr, $bn:expr, $st:expr) => {
         const _: () = {

@@ -4,7 +4,7 @@
 //! again at run time.
 //!
 //! ```compile_fail,E0080
-//! use gpu::gemm::{Mainloop, TileConfig};
+//! use gpu::gemm::{Accum, Mainloop, TileConfig};
 //! // A 16-deep K slice: the cp.async pipeline moves two 16-wide k steps a slice.
 //! const ROW: TileConfig = TileConfig {
 //!     name: "tc80_64x64x16_32x32_s4",
@@ -14,6 +14,7 @@
 //!     stages: 4,
 //!     cluster_m: 1,
 //!     mainloop: Mainloop::CpAsync,
+//!     accums: &[Accum::F16, Accum::F32],
 //! };
 //! const _: () = ROW.assert_valid();
 //! ```
@@ -27,6 +28,11 @@ pub const CP_ASYNC_MAX_STAGES: usize = 5;
 
 /// Deepest K slice of an `mma.sync` row: fragment offsets are kept for at most 4 k steps.
 pub const MMA_SYNC_MAX_BK: usize = 64;
+
+/// Most accumulator registers a thread of a row's kernel holds: a thread has 255 (a
+/// ping-pong consumer 232), and past 128 ptxas runs out of registers for the rest of the
+/// kernel (it serialises the `wgmma` of a 128×256 ping-pong tile's 256 fp32 sums).
+pub const MAX_ACCUMULATOR_REGISTERS: usize = 128;
 
 impl TileConfig {
     /// The first rule of its row kind this row breaks, in words, or `Ok`.
@@ -42,6 +48,9 @@ impl TileConfig {
         if !self.fits_some_gpu() {
             return Err("the stages fit the shared memory of a GPU whose PTX has the mainloop");
         }
+        if let Err(rule) = self.check_accums() {
+            return Err(rule);
+        }
         match self.mainloop {
             Mainloop::Wgmma => self.check_wgmma(),
             Mainloop::PingPong => self.check_ping_pong(),
@@ -54,6 +63,22 @@ impl TileConfig {
         if let Err(rule) = self.check() {
             panic!("{}", rule)
         }
+    }
+
+    /// The accumulators: some, and none that takes a thread more than
+    /// [`MAX_ACCUMULATOR_REGISTERS`].
+    const fn check_accums(&self) -> Result<(), &'static str> {
+        if self.accums.is_empty() {
+            return Err("a row has kernels for fp16 or fp32 accumulators, or both");
+        }
+        let mut i = 0;
+        while i < self.accums.len() {
+            if self.accumulator_registers(self.accums[i]) > MAX_ACCUMULATOR_REGISTERS {
+                return Err("a thread holds at most 128 accumulator registers");
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
     /// Whether some GPU of [`ARCHS`] that runs this row's PTX has room for its stages.
@@ -186,7 +211,7 @@ impl TileConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::super::TILE_CONFIGS;
+    use super::super::{Accum, TILE_CONFIGS};
     use super::*;
 
     fn row(name: &str) -> TileConfig {
@@ -359,16 +384,15 @@ mod tests {
     }
 
     /// A ping-pong row keeps the `wgmma` rules, a warpgroup a whole block tile and no
-    /// clusters; its shared memory holds both consumers' C tiles besides the ring, so six
-    /// stages of 128×128 do not fit Hopper.
+    /// clusters; its shared memory holds the one C tile the consumers stage in turn besides
+    /// the ring, so seven stages of 128×128 do not fit Hopper.
     #[test]
     fn each_ping_pong_rule_rejects_the_row_that_breaks_it() {
         let base = row("wg90_128x128x64_128x128_s5_pp");
         assert_eq!(base.threads(), 384);
-        assert_eq!(
-            base.smem_bytes(),
-            2 * 128 * 128 * 2 + 5 * 256 * 64 * 2 + 5 * 16
-        );
+        assert_eq!(base.smem_bytes(), 128 * 128 * 2 + 5 * 256 * 64 * 2 + 5 * 16);
+        let six = TileConfig { stages: 6, ..base };
+        assert_eq!(six.check(), Ok(()));
         let cases: [(TileConfig, &str); 4] = [
             (
                 TileConfig {
@@ -391,9 +415,39 @@ mod tests {
                 },
                 "m64nNk16",
             ),
-            (TileConfig { stages: 6, ..base }, "fit the shared memory"),
+            (TileConfig { stages: 7, ..base }, "fit the shared memory"),
         ];
         each_breaks(&cases);
+    }
+
+    /// A 128×256 ping-pong tile holds its sums as fp16 (128 registers a thread), not fp32
+    /// (256); a row has some accumulators.
+    #[test]
+    fn a_row_has_only_the_accumulators_a_thread_holds() {
+        let wide = row("wg90_128x256x64_128x256_s3_pp");
+        assert!(wide.has(Accum::F16) && !wide.has(Accum::F32));
+        assert_eq!(wide.accumulator_registers(Accum::F16), 128);
+        assert_eq!(wide.accumulator_registers(Accum::F32), 256);
+        let both = &[Accum::F16, Accum::F32];
+        each_breaks(&[
+            (
+                TileConfig {
+                    accums: both,
+                    ..wide
+                },
+                "at most 128 accumulator",
+            ),
+            (
+                TileConfig {
+                    accums: &[],
+                    ..wide
+                },
+                "fp16 or fp32",
+            ),
+        ]);
+        let warp = row("tc80_128x128x32_64x64_s4");
+        assert_eq!(warp.accumulator_registers(Accum::F32), 128);
+        assert!(warp.has(Accum::F16) && warp.has(Accum::F32));
     }
 
     /// A row fits a GPU whose PTX has its mainloop and whose block holds its stages: sm_75

@@ -242,9 +242,15 @@ fn consume<
     }
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
-    let at = (ring, (row0, n0), (wg, lane), map_c);
     if staged(p) {
-        store_staged_epilogue::<A, MI, BN, WG, STAGES>(p, &acc, at);
+        // Each warpgroup stages its tile in the ring, which nothing writes after the last K
+        // step once every consumer's last batch has completed.
+        const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
+        if WG > 1 {
+            bar_sync_n(1, 128 * WG as u32);
+        }
+        let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
+        store_staged_epilogue::<A, MI, BN>(p, &acc, (area, (row0, n0), (wg, lane), map_c));
         if lane == 0 {
             bulk_wait_read::<0>();
         }
@@ -256,21 +262,15 @@ fn consume<
 /// [`store_staged`] of this epilogue: the plain product's rounding alone where [`plain`]
 /// holds, else the whole epilogue.
 #[inline(always)]
-pub(super) fn store_staged_epilogue<
-    A: Accumulator,
-    const MI: usize,
-    const BN: usize,
-    const WG: usize,
-    const STAGES: usize,
->(
+pub(super) fn store_staged_epilogue<A: Accumulator, const MI: usize, const BN: usize>(
     p: &Args,
     acc: &[A; MI],
-    at: (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
+    at: (u32, (u32, u32), (u32, u32), *const u8),
 ) {
     if plain(p) {
-        store_staged::<A, MI, BN, WG, STAGES, true>(p, acc, at);
+        store_staged::<A, MI, BN, true>(p, acc, at);
     } else {
-        store_staged::<A, MI, BN, WG, STAGES, false>(p, acc, at);
+        store_staged::<A, MI, BN, false>(p, acc, at);
     }
 }
 
@@ -353,39 +353,23 @@ fn bias_words(p: &Args, c0: u32, lane: u32) -> [u32; BIAS_PART / 8] {
 }
 
 /// Named barrier `EPILOGUE_BARRIER + wg`: consumer warpgroup `wg`'s own, which its threads
-/// meet at before the staged tile's tensor stores (and, in the ping-pong rung, before writing
-/// its staging area again).
+/// meet at before the staged tile's tensor stores.
 pub(super) const EPILOGUE_BARRIER: u32 = 2;
 
 /// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 as they are
-/// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the
-/// warpgroup's staging area (the `wg`-th from `ring.base`), 64 × 64 boxes as C's tensor map says,
-/// then one tensor store a box, which writes only what lies inside C. The caller makes the
-/// area free: here it lies in the ring, which nothing writes after the last K step once every
-/// consumer warpgroup's last batch has completed (the block-wide barrier 1 where `WG` > 1);
-/// the ping-pong rung gives each consumer an area of its own. The issuing thread (lane 0)
-/// commits the stores as one bulk group; the caller waits until the copy engine has read them
-/// before the area is written again or the block ends.
+/// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the staging
+/// `area`, 64 × 64 boxes as C's tensor map says, then one tensor store a box, which writes only
+/// what lies inside C. The caller makes the area free. The issuing thread (lane 0) commits the
+/// stores as one bulk group; the caller waits until the copy engine has read them before the
+/// area is written again or the block ends.
 #[inline(always)]
-pub(super) fn store_staged<
-    A: Accumulator,
-    const MI: usize,
-    const BN: usize,
-    const WG: usize,
-    const STAGES: usize,
-    const PLAIN: bool,
->(
+fn store_staged<A: Accumulator, const MI: usize, const BN: usize, const PLAIN: bool>(
     p: &Args,
     acc: &[A; MI],
-    (ring, (row0, n0), (wg, lane), map_c): (Ring<STAGES>, (u32, u32), (u32, u32), *const u8),
+    (area, (row0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
 ) {
-    const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
-    if WG > 1 {
-        bar_sync_n(1, 128 * WG as u32);
-    }
     // The area was last written or read by the copy engine.
     fence_proxy_async_shared();
-    let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
     for part in 0..BN.div_ceil(BIAS_PART) {
         let bias = if PLAIN {
             [0; BIAS_PART / 8]
@@ -434,25 +418,30 @@ pub(super) fn release<const CM: usize>(bar: u32, r: u32) {
     }
 }
 
-/// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` (this
-/// module is built into sm_90a PTX alone): block tile `bm`×`bn`, warpgroup tile
-/// `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
+/// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` and
+/// accumulator of its row (this module is built into sm_90a PTX alone): block tile
+/// `bm`×`bn`, warpgroup tile `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
 macro_rules! export_warpgroup {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
-        export_warpgroup!(@sm $mainloop, $name, $bm, $bn, $wm, ($st, $cm));
+        $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(
+        export_warpgroup!(@sm $mainloop, [$($acc)*], ($name, $bm, $bn, $wm, ($st, $cm)));
     )*};
+    (@sm wgmma, [$($acc:ident)*], $row:tt) => {
+        $(export_warpgroup!(@acc $acc, $row);)*
+    };
+    (@sm $other:tt, $($row:tt)*) => {};
     // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
     // both. `pipe`: stages and cluster.
-    (@sm wgmma, $name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt) => {
+    (@acc f16, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
         export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $pipe);
+    };
+    (@acc f32, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
         export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $pipe);
         export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $pipe);
     };
-    (@sm $other:tt, $($row:tt)*) => {};
     (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
      $bm:expr, $bn:expr, $wm:expr, ($st:expr, $cm:expr)) => {
         const _: () = {

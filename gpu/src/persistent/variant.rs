@@ -5,7 +5,7 @@
 //! that the loaded PTX has, whose layout fits the block's shared memory and whose blocks are
 //! all resident at once.
 use super::*;
-use crate::gemm::Accum;
+use crate::gemm::{Accum, accum};
 use crate::target::Target;
 
 /// How the batch reaches a block's shared memory.
@@ -329,14 +329,6 @@ macro_rules! variant_table {
         /// Every variant, from [`persistent_variants!`](crate::persistent_variants), in the
         /// host's order of preference.
         pub const VARIANTS: &[Variant] = &[$(rows::$name),*];
-    };
-}
-macro_rules! accum {
-    (f16) => {
-        Accum::F16
-    };
-    (f32) => {
-        Accum::F32
     };
 }
 persistent_variants!(variant_table);

@@ -4,7 +4,7 @@
 //! (`host gemm --svg` draws it).
 use super::prefer::PREFERENCES;
 use anyhow::{Result, bail};
-use gpu::gemm::{Mainloop, TILE_CONFIGS, TileConfig, descriptor};
+use gpu::gemm::{Accum, MAX_ACCUMULATOR_REGISTERS, Mainloop, TILE_CONFIGS, TileConfig, descriptor};
 use gpu::layout::{CHUNK, swizzle};
 use gpu::target::ARCHS;
 use std::fmt::Write;
@@ -25,12 +25,14 @@ pub fn warp_grid(c: &TileConfig) -> (usize, usize) {
     (c.block.0 / c.warp.0, c.block.1 / c.warp.1)
 }
 
-/// Accumulator registers a thread holds, with fp16 and with fp32 sums: a warp's (or
-/// warpgroup's) tile spread over its 32 (or 128) threads, two fp16 sums a register.
-pub fn accumulator_registers(c: &TileConfig) -> (usize, usize) {
-    let threads = if c.is_wgmma() { 128 } else { 32 };
-    let f32s = c.warp.0 * c.warp.1 / threads;
-    (f32s / 2, f32s)
+/// Accumulator registers a thread holds with `acc` sums, or `-` where the row has no kernels
+/// for them.
+fn registers(c: &TileConfig, acc: Accum) -> String {
+    if c.has(acc) {
+        c.accumulator_registers(acc).to_string()
+    } else {
+        "-".into()
+    }
 }
 
 /// One line a row for `host gemm --list`: the GPUs it fits (✓) or not (·), its threads and
@@ -59,7 +61,6 @@ pub fn list() -> String {
             .filter(|p| p.row == *c)
             .map(|p| format!("sm_{} {:?}", p.sm, p.size))
             .collect();
-        let (f16, f32) = accumulator_registers(c);
         let _ = writeln!(
             s,
             "{:<34} {:<8} {:>7} {:>6} {:>9} {:>5}/{:<5}  {}  {}",
@@ -68,8 +69,8 @@ pub fn list() -> String {
             c.threads(),
             c.stages,
             c.smem_bytes(),
-            f16,
-            f32,
+            registers(c, Accum::F16),
+            registers(c, Accum::F32),
             fits.join(" "),
             prefers.join(", ")
         );
@@ -123,14 +124,23 @@ pub fn explain(c: &TileConfig) -> String {
         let _ = writeln!(s, "warp tile    {wm}×{wn}: {}", warp_origins(c));
         explain_mma_sync(&mut s, c);
     }
-    let (f16, f32) = accumulator_registers(c);
+    let (f16, f32) = (Accum::F16, Accum::F32);
+    let sums = if c.has(f32) {
+        format!("{} fp32 registers a thread", c.accumulator_registers(f32))
+    } else {
+        format!(
+            "no fp32 kernels (they would take {} registers a thread, past {MAX_ACCUMULATOR_REGISTERS})",
+            c.accumulator_registers(f32)
+        )
+    };
     let _ = writeln!(
         s,
-        "accumulators {f32} fp32 registers a thread ({f16} with fp16 sums, two a register)"
+        "accumulators {sums}; {} with fp16 sums, two a register",
+        c.accumulator_registers(f16)
     );
     let stage = (bm + bn) * bk * 2;
     let staging = if c.is_ping_pong() {
-        format!(" + 2 staged C tiles of {bm}×{bn} fp16")
+        format!(" + a staged C tile of {bm}×{bn} fp16, the consumers' in turn")
     } else {
         String::new()
     };
@@ -274,6 +284,12 @@ mod tests {
             e.contains("4 × 49152 B + 64 B of mbarriers = 196672 B"),
             "{e}"
         );
+        let e = explain(row("wg90_128x256x64_128x256_s3_pp").unwrap());
+        assert!(
+            e.contains("no fp32 kernels (they would take 256 registers"),
+            "{e}"
+        );
+        assert!(e.contains("128 with fp16 sums"), "{e}");
     }
 
     #[test]
@@ -284,6 +300,11 @@ mod tests {
         assert_eq!(wg.matches('✓').count(), 1, "{wg}");
         let tc75 = l.lines().find(|r| r.starts_with("tc75_64x64")).unwrap();
         assert_eq!(tc75.matches('✓').count(), ARCHS.len(), "{tc75}");
+        let fp16_only = l
+            .lines()
+            .find(|r| r.starts_with("wg90_128x256x64_128x256"))
+            .unwrap();
+        assert!(fp16_only.contains(" 128/-"), "{fp16_only}");
         assert!(
             row("tc99")
                 .unwrap_err()

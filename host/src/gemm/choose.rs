@@ -54,6 +54,8 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 /// bytes an element are most of the GEMM's time, and the shallow epilogue of the largest warp
 /// tiles leaves DRAM waiting (`docs/gemm.md`).
 ///
+/// Only rows with kernels accumulating in `acc` take part.
+///
 /// `usage.copy_engine`, without a step: on sm_90a PTX a `wgmma` configuration where one fits
 /// the product (`choose_wgmma`; `acc` because the accumulators' registers decide how many
 /// blocks an SM holds), before any `mma.sync` one.
@@ -65,7 +67,7 @@ pub fn choose_config(
 ) -> Result<&'static TileConfig> {
     let smem = gpu.max_smem_optin();
     let sms = gpu.sm_count() as usize;
-    if let Some(c) = preferred((gpu.sm, gpu.ptx.target(), smem), (m, n, k), usage) {
+    if let Some(c) = preferred((gpu.sm, gpu.ptx.target(), smem), (m, n, k), usage, acc) {
         return Ok(c);
     }
     if let Some(c) = choose_wgmma(gpu, (m, n, k), usage, acc)? {
@@ -74,7 +76,7 @@ pub fn choose_config(
     let mma_sync = || {
         TILE_CONFIGS
             .iter()
-            .filter(|c| c.in_ptx(gpu.ptx.target()) && !c.is_wgmma())
+            .filter(|c| c.in_ptx(gpu.ptx.target()) && !c.is_wgmma() && c.has(acc))
     };
     let best_sm = mma_sync().map(|c| c.min_sm()).max();
     let area = |c: &TileConfig| c.block.0 * c.block.1;
@@ -130,7 +132,7 @@ fn choose_wgmma(
     let mut best = None;
     for c in TILE_CONFIGS
         .iter()
-        .filter(|c| c.is_wgmma() && !c.is_ping_pong() && c.in_ptx(target))
+        .filter(|c| c.is_wgmma() && !c.is_ping_pong() && c.in_ptx(target) && c.has(acc))
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && usage.admits(c, k))
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
     {

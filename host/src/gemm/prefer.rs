@@ -2,9 +2,11 @@
 //! `tile_configs!`. The host's choice reads them before its general procedure
 //! ([`choose_config`](super::choose_config)); `host gemm --tune` on the GPU itself prints the
 //! lines to paste here. A preference applies only where the row could run anyway: its PTX is
-//! loaded, its stages fit the block's shared memory, and the product's usage allows it.
+//! loaded, its stages fit the block's shared memory, it has kernels for the accumulators
+//! asked for, and the product's usage allows it. Where a GPU has several lines for a size, the
+//! first that applies is taken.
 use super::usage::Usage;
-use gpu::gemm::{TILE_CONFIGS, TileConfig, rows};
+use gpu::gemm::{Accum, TILE_CONFIGS, TileConfig, rows};
 use gpu::target::Target;
 
 /// Which products a preference covers, by their output's size ([`Size::CLASSES`]).
@@ -54,8 +56,10 @@ const fn prefer(sm: u32, size: Size, row: TileConfig) -> Preference {
 /// The per-GPU preferences, each measured by `host gemm --tune` on that GPU (docs/gemm.md,
 /// "Tuning a GPU"). A GPU with no line takes the general procedure.
 pub const PREFERENCES: &[Preference] = &[
-    // Hopper: the 128×256 tile in clusters of two blocks sharing B won both square4096 and
-    // square8192 on an H200 (`host gemm --tune --sizes square4096,square8192`).
+    // Hopper: the 128×256 ping-pong row won both square4096 and square8192 on an H200
+    // (`host gemm --tune --sizes square4096,square8192`). It sums in fp16 alone; with fp32
+    // sums, the 128×256 tile in clusters of two blocks sharing B, the winner before it.
+    prefer(90, Size::Large, rows::wg90_128x256x64_128x256_s3_pp),
     prefer(90, Size::Large, rows::wg90_128x256x64_64x256_s4_c2x1),
     // Hopper, from 2048 × 4096 (the first layer at batch 2048 of 784-4096-10): the ping-pong
     // row won 2048x4096x784 on an H200 and ran at 97% of the winner at 2048x4096x4096
@@ -63,19 +67,21 @@ pub const PREFERENCES: &[Preference] = &[
     prefer(90, Size::Medium, rows::wg90_128x128x64_128x128_s5_pp),
 ];
 
-/// The row GPU `sm` prefers for an M×N×K product of `usage`, with PTX `target` and `smem` bytes
-/// of shared memory a block, if it has one that runs there.
+/// The row GPU `sm` prefers for an M×N×K product of `usage` accumulating in `acc`, with PTX
+/// `target` and `smem` bytes of shared memory a block, if it has one that runs there.
 pub fn preferred(
     (sm, target, smem): (u32, Target, usize),
     (m, n, k): (usize, usize, usize),
     usage: Usage,
+    acc: Accum,
 ) -> Option<&'static TileConfig> {
     let size = Size::of(m, n)?;
+    let runs = |c: &TileConfig| c.in_ptx(target) && c.smem_bytes() <= smem && c.has(acc);
     let row = PREFERENCES
         .iter()
         .filter(|p| p.sm == sm && p.size == size)
         .map(|p| p.row)
-        .find(|c| c.in_ptx(target) && c.smem_bytes() <= smem && usage.admits(c, k))?;
+        .find(|c| runs(c) && usage.admits(c, k))?;
     TILE_CONFIGS.iter().find(|c| **c == row)
 }
 
@@ -118,22 +124,34 @@ mod tests {
         let hopper = (90, sm90a, Arch::of(90).smem_per_block);
         let big = (8192, 8192, 8192);
         let aligned = Usage::aligned(8192, 8192);
-        let want = TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[0].row);
-        assert_eq!(preferred(hopper, big, aligned), want);
+        let f16 = Accum::F16;
+        let line = |i: usize| TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[i].row);
+        assert_eq!(preferred(hopper, big, aligned, f16), line(0));
+        // fp32 sums: the next line for the size, whose row has them.
+        assert!(!PREFERENCES[0].row.has(Accum::F32));
+        assert_eq!(preferred(hopper, big, aligned, Accum::F32), line(1));
         let medium = (2048, 4096, 784);
-        let want = TILE_CONFIGS.iter().find(|c| **c == PREFERENCES[1].row);
-        assert_eq!(preferred(hopper, medium, Usage::aligned(784, 4096)), want);
+        assert_eq!(
+            preferred(hopper, medium, Usage::aligned(784, 4096), f16),
+            line(2)
+        );
         // Small outputs, portable PTX, a capped block, another GPU, unaligned operands, an
         // SGD step: the general procedure.
-        assert_eq!(preferred(hopper, (1024, 1024, 8192), aligned), None);
-        assert_eq!(preferred((90, Target::SM90, hopper.2), big, aligned), None);
-        assert_eq!(preferred((90, sm90a, 64 * 1024), big, aligned), None);
-        assert_eq!(preferred((80, Target::SM80, hopper.2), big, aligned), None);
-        assert_eq!(preferred(hopper, big, Usage::default()), None);
+        assert_eq!(preferred(hopper, (1024, 1024, 8192), aligned, f16), None);
+        assert_eq!(
+            preferred((90, Target::SM90, hopper.2), big, aligned, f16),
+            None
+        );
+        assert_eq!(preferred((90, sm90a, 64 * 1024), big, aligned, f16), None);
+        assert_eq!(
+            preferred((80, Target::SM80, hopper.2), big, aligned, f16),
+            None
+        );
+        assert_eq!(preferred(hopper, big, Usage::default(), f16), None);
         let steps = Usage {
             steps: true,
             ..aligned
         };
-        assert_eq!(preferred(hopper, big, steps), None);
+        assert_eq!(preferred(hopper, big, steps, f16), None);
     }
 }

@@ -128,15 +128,36 @@ impl Version {
             v.push(Version::Direct);
         }
         for c in TILE_CONFIGS.iter().filter(|c| c.in_ptx(arch)) {
-            v.push(Version::Tensor(c, Accum::F16));
-            v.push(Version::Tensor(c, Accum::F32));
+            v.extend(c.accums.iter().map(|&a| Version::Tensor(c, a)));
         }
         v
     }
 
     /// Parses a label as printed by [`Version::label`] (`naive`, `tc80_..._f16`), or a bare
-    /// config name with the accumulator given separately.
+    /// config name with the accumulator given separately; a row without kernels for that
+    /// accumulator is an error.
     pub fn parse(s: &str, acc: Accum) -> Result<Version> {
+        let v = Self::parse_name(s, acc)?;
+        if let Version::Tensor(c, a) = v
+            && !c.has(a)
+        {
+            bail!(
+                "GEMM config {} has no {} accumulators (a thread would hold {} registers of \
+                 them); it has {}",
+                c.name,
+                a.suffix(),
+                c.accumulator_registers(a),
+                c.accums
+                    .iter()
+                    .map(|a| a.suffix())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Ok(v)
+    }
+
+    fn parse_name(s: &str, acc: Accum) -> Result<Version> {
         if let Some(v) = SIMT_VERSIONS.iter().find(|v| **v == s) {
             return Ok(Version::Simt(v));
         }
@@ -207,6 +228,18 @@ mod tests {
             Version::Tensor(c, Accum::F16)
         );
         assert!(Version::parse("fastest", Accum::F16).is_err());
+        let fp16_only = "wg90_128x256x64_128x256_s3_pp";
+        for (label, acc) in [
+            (format!("{fp16_only}_f32"), Accum::F16),
+            (fp16_only.into(), Accum::F32),
+        ] {
+            let e = Version::parse(&label, acc).unwrap_err().to_string();
+            assert!(
+                e.contains("has no f32 accumulators") && e.contains("256 registers"),
+                "{e}"
+            );
+        }
+        assert!(Version::parse(fp16_only, Accum::F16).is_ok());
     }
 
     #[test]

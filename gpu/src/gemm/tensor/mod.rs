@@ -113,25 +113,30 @@ pub fn gemm<
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every row of `tile_configs!` this PTX's
-/// architecture supports: the `mma.sync` rows (`warpgroup` and `pingpong` export the others).
+/// architecture supports and accumulator of its row: the `mma.sync` rows (`warpgroup` and
+/// `pingpong` export the others).
 macro_rules! export_tensor {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
-        $st:expr, $cm:expr, $mainloop:ident),)*) => {$(
-        export_tensor!(@sm $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, $mainloop);
+        $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(
+        export_tensor!(@sm $mainloop, [$($acc)*], ($name, $bm, $bn, $bk, $wm, $wn, $ik, $st));
     )*};
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, staged) => {
-        export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, false);
+    (@sm staged, [$($acc:ident)*], $row:tt) => {
+        $(export_tensor!(@acc $acc, $row, false);)*
     };
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, cp_async) => {
-        #[cfg(target_feature = "sm_80")]
-        export_tensor!(@acc $name, $bm, $bn, $bk, $wm, $wn, $ik, $st, true);
+    (@sm cp_async, [$($acc:ident)*], $row:tt) => {
+        $(#[cfg(target_feature = "sm_80")]
+        export_tensor!(@acc $acc, $row, true);)*
     };
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, wgmma) => {};
-    (@sm $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, ping_pong) => {};
-    (@acc $($cfg:tt)*) => {
+    (@sm $other:tt, $($row:tt)*) => {};
+    (@acc $acc:ident, ($($row:tt)*), $async:literal) => {
+        export_tensor!(@acc $acc, $($row)*, $async);
+    };
+    (@acc f16, $($cfg:tt)*) => {
         export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
         export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);
         export_tensor!(@one "_tn_f16", [u32; 2], true, false, $($cfg)*);
+    };
+    (@acc f32, $($cfg:tt)*) => {
         export_tensor!(@one "_nn_f32", [f32; 4], false, false, $($cfg)*);
         export_tensor!(@one "_nt_f32", [f32; 4], false, true, $($cfg)*);
         export_tensor!(@one "_tn_f32", [f32; 4], true, false, $($cfg)*);
