@@ -2,7 +2,7 @@
 //! tiles at each level of the hierarchy, the stages, and what follows from them (threads,
 //! shared memory, accumulator registers).
 use super::{Accum, Mainloop, STAGED_PAD, sgd_quads_in_flight};
-use crate::target::Target;
+use crate::target::{HOPPER_SMEM, Target};
 
 /// One tensor-core kernel configuration, named as CUTLASS names the GEMM hierarchy.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -90,17 +90,24 @@ impl TileConfig {
         }
     }
     /// Dynamic shared memory the kernel needs, in bytes: the stages, and on `wgmma` rows an
-    /// `mbarrier` pair per stage (full, empty) after them; ping-pong rows first stage the fp16
-    /// C tile the consumer warpgroups take in turn.
+    /// `mbarrier` pair per stage (full, empty) after them; ping-pong rows first stage fp16 C
+    /// tiles ([`TileConfig::staging_areas`]).
     pub const fn smem_bytes(&self) -> usize {
         let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
         if self.is_ping_pong() {
-            self.block.0 * self.block.1 * 2 + tiles + self.stages * 16
+            self.staging_areas() * self.block.0 * self.block.1 * 2 + tiles + self.stages * 16
         } else if self.is_wgmma() {
             tiles + self.stages * 16
         } else {
             tiles
         }
+    }
+    /// Areas a ping-pong row stages its fp16 C tiles in: one a consumer warpgroup where two
+    /// fit Hopper's block beside the ring, else one that the consumers take in turn.
+    pub const fn staging_areas(&self) -> usize {
+        let tile = self.block.0 * self.block.1 * 2;
+        let ring = self.stages * ((self.block.0 + self.block.1) * self.block.2 * 2 + 16);
+        if 2 * tile + ring <= HOPPER_SMEM { 2 } else { 1 }
     }
     /// Dynamic shared memory an `mma.sync` kernel that takes an SGD step needs: at least the
     /// fp16 C tile its epilogue stages there, rows padded by [`STAGED_PAD`]. Only then: on

@@ -170,10 +170,10 @@ macro_rules! tile_configs {
             // Clusters of two blocks along M, which share each B tile (TMA multicast).
             (wg90_128x256x64_64x256_s4_c2x1, 128, 256, 64, 64, 256, 64, 256, 16, 4, 2, wgmma, [f16 f32]),
             (wg90_256x128x64_128x128_s4_c2x1, 256, 128, 64, 128, 128, 64, 128, 16, 4, 2, wgmma, [f16 f32]),
-            // Ping-pong: persistent blocks, each consumer warpgroup a whole tile in turn,
-            // beside the one staged C tile: 128×128 in five stages (160 + 32 KiB; a sixth
-            // measured no faster), 128×256 in three (144 + 64 KiB), fp16 sums alone (fp32
-            // ones would take 256 registers a thread).
+            // Ping-pong: persistent blocks, each consumer warpgroup a whole tile in turn:
+            // 128×128 in five stages beside a staged C tile a consumer (160 + 64 KiB),
+            // 128×256 in three beside one staged C tile they share (144 + 64 KiB), with fp16
+            // sums alone (fp32 ones would take 256 registers a thread).
             (wg90_128x128x64_128x128_s5_pp, 128, 128, 64, 128, 128, 64, 128, 16, 5, 1, ping_pong, [f16 f32]),
             (wg90_128x256x64_128x256_s3_pp, 128, 256, 64, 128, 256, 64, 256, 16, 3, 1, ping_pong, [f16]),
         }

@@ -13,13 +13,16 @@
 //! The producer keeps few registers and gives the rest to the consumers (`setmaxnreg`,
 //! [`PING_PONG_REGISTERS`]).
 //!
-//! The consumers share one staging area for C, which they take in turn as they take tiles:
-//! a consumer writes it once the copy engine has read the other's last tile out of it (two
-//! more named barriers). One area rather than one a consumer leaves room for a stage more,
-//! and for the 128×256 tiles, whose fp16 C is 64 KiB, for a third stage at all.
+//! Each consumer stages C in an area of its own where two fit beside the ring
+//! ([`TileConfig::staging_areas`](super::TileConfig::staging_areas)): it writes it again once
+//! the copy engine has read its own last tile, a whole mainloop after it issued the stores.
+//! Where one area is all that fits (128×256 tiles, whose fp16 C is 64 KiB, in three stages),
+//! the consumers take it in turn as they take tiles: a consumer writes it once the copy engine
+//! has read the other's last tile out of it (two more named barriers).
 //!
-//! Shared memory: the staging area (`BM`×`BN` fp16 as the copy engine's 64 × 64 boxes), then
-//! the ring, then its barriers ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
+//! Shared memory: the staging areas (`BM`×`BN` fp16 each, as the copy engine's 64 × 64
+//! boxes), then the ring, then its barriers
+//! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
 use super::accumulator::Accumulator;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
 use super::warpgroup::{Atom, Ring, k_step, load_operand, release};
@@ -35,8 +38,8 @@ const GROUP_M: u32 = 8;
 /// own epilogue barriers ([`EPILOGUE_BARRIER`]` + wg`); barrier 0 is the block's.
 const TURN: u32 = EPILOGUE_BARRIER + 2;
 
-/// Named barriers `STAGING + wg`, which consumer warpgroup `wg` waits at until the copy
-/// engine has read the other's last tile out of the staging area.
+/// Named barriers `STAGING + wg`, which consumer warpgroup `wg` waits at, where the consumers
+/// share one staging area, until the copy engine has read the other's last tile out of it.
 const STAGING: u32 = TURN + 2;
 
 /// The tiles of an M×N output walked by one block: `(m0, n0)` of its `i`-th, if it has one.
@@ -76,7 +79,8 @@ impl Walk {
 }
 
 /// The ping-pong GEMM: two consumer warpgroups, each `MI` 64-row blocks of a `BN`-wide tile
-/// (BM = 64·MI), and a producer warpgroup; `STAGES` stages. `A_MN`/`B_MN` and `maps` as in
+/// (BM = 64·MI), and a producer warpgroup; `STAGES` stages; `AREAS` staging areas for C (2:
+/// one a consumer, 1: one in turn). `A_MN`/`B_MN` and `maps` as in
 /// [`super::warpgroup::gemm`].
 #[inline(always)]
 pub fn gemm<
@@ -84,6 +88,7 @@ pub fn gemm<
     const BN: usize,
     const MI: usize,
     const STAGES: usize,
+    const AREAS: usize,
     const A_MN: bool,
     const B_MN: bool,
 >(
@@ -91,9 +96,10 @@ pub fn gemm<
     maps: *const u8,
 ) {
     let bm = WGMMA_M * MI;
+    let area_bytes = (MI * BN / 64) as u32 * C_BOX_BYTES;
     let staging = shared_addr(dynamic_shared::<Atom>());
     let ring = Ring::<STAGES> {
-        base: staging + (MI * BN / 64) as u32 * C_BOX_BYTES,
+        base: staging + AREAS as u32 * area_bytes,
         a_bytes: (bm * BK * 2) as u32,
         b_bytes: (BN * BK * 2) as u32,
     };
@@ -117,6 +123,7 @@ pub fn gemm<
     setmaxnreg_inc::<{ PING_PONG_REGISTERS.consumer }>();
     let map_c = unsafe { maps.add(2 * MAP_BYTES) };
     let lane = thread_x() % 128;
+    let area = staging + (wg % AREAS as u32) * area_bytes;
     let mut i = wg;
     while let Some((tm, tn)) = walk.tile(i) {
         // The other warpgroup has issued the last batch of the tile before this one.
@@ -127,8 +134,12 @@ pub fn gemm<
         let turn = next.then_some(TURN + (1 - wg));
         let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), turn);
         let at = (tm * bm as u32, tn * BN as u32);
-        epilogue::<A, BN, MI>(&p, &acc, (staging, at, (wg, lane), map_c), (i > 0, next));
+        epilogue::<A, BN, MI, AREAS>(&p, &acc, (area, at, (wg, lane), map_c), (i > 0, next));
         i += 2;
+    }
+    // The block ends only once the copy engine has read the last staged tile.
+    if AREAS == 2 && lane == 0 {
+        bulk_wait_read::<0>();
     }
 }
 
@@ -199,30 +210,42 @@ fn mainloop<
     acc
 }
 
-/// A tile's epilogue: through the copy engine from the shared staging area where the epilogue
-/// allows it, else pair by pair. `after`: the other warpgroup staged the tile before this one,
-/// so this waits until that has been read; `before`: the other stages the next tile, so this
+/// A tile's epilogue: through the copy engine from staging area `area` where the epilogue
+/// allows it, else pair by pair.
+///
+/// With an area a consumer, the area is free once this warpgroup's previous tile's stores
+/// have read it: their issuing thread waits for that here, a whole mainloop after it issued
+/// them, and the barrier holds the warpgroup's other threads until it has.
+///
+/// With one area in turn, `after`: the other warpgroup staged the tile before this one, so
+/// this waits until that has been read; `before`: the other stages the next tile, so this
 /// lets it know once the copy engine has read this one (the issuing thread waits for that,
 /// and its warp arrives after it). The wait also keeps the block alive until its last tile
 /// has been read.
 #[inline(always)]
-fn epilogue<A: Accumulator, const BN: usize, const MI: usize>(
+fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const AREAS: usize>(
     p: &Args,
     acc: &[A; MI],
-    (staging, (m0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
+    (area, (m0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
     (after, before): (bool, bool),
 ) {
     if staged(p) {
-        if after {
+        if AREAS == 2 {
+            if lane == 0 {
+                bulk_wait_read::<0>();
+            }
+            bar_sync_n(EPILOGUE_BARRIER + wg, 128);
+        } else if after {
             bar_sync_n(STAGING + wg, 256);
         }
-        let at = (staging, (m0, n0), (wg, lane), map_c);
-        store_staged_epilogue::<A, MI, BN>(p, acc, at);
-        if lane == 0 {
-            bulk_wait_read::<0>();
-        }
-        if before {
-            bar_arrive_n(STAGING + (1 - wg), 256);
+        store_staged_epilogue::<A, MI, BN>(p, acc, (area, (m0, n0), (wg, lane), map_c));
+        if AREAS == 1 {
+            if lane == 0 {
+                bulk_wait_read::<0>();
+            }
+            if before {
+                bar_arrive_n(STAGING + (1 - wg), 256);
+            }
         }
     } else {
         store_pairs::<A, MI, BN>(p, acc, (m0, n0), lane);
@@ -258,7 +281,8 @@ macro_rules! export_ping_pong {
             #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
             unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
                 let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
-                gemm::<$acc, $bn, { $bm / 64 }, $st, $a_mn, $b_mn>(p, maps);
+                const AREAS: usize = super::rows::$name.staging_areas();
+                gemm::<$acc, $bn, { $bm / 64 }, $st, AREAS, $a_mn, $b_mn>(p, maps);
             }
         };
     };

@@ -384,15 +384,23 @@ mod tests {
     }
 
     /// A ping-pong row keeps the `wgmma` rules, a warpgroup a whole block tile and no
-    /// clusters; its shared memory holds the one C tile the consumers stage in turn besides
-    /// the ring, so seven stages of 128×128 do not fit Hopper.
+    /// clusters; its shared memory holds a C tile a consumer where two fit beside the ring,
+    /// else one they take in turn: five stages of 128×128 with two, six with one, and seven
+    /// do not fit Hopper.
     #[test]
     fn each_ping_pong_rule_rejects_the_row_that_breaks_it() {
         let base = row("wg90_128x128x64_128x128_s5_pp");
         assert_eq!(base.threads(), 384);
-        assert_eq!(base.smem_bytes(), 128 * 128 * 2 + 5 * 256 * 64 * 2 + 5 * 16);
+        assert_eq!(base.staging_areas(), 2);
+        assert_eq!(
+            base.smem_bytes(),
+            2 * 128 * 128 * 2 + 5 * 256 * 64 * 2 + 5 * 16
+        );
         let six = TileConfig { stages: 6, ..base };
+        assert_eq!(six.staging_areas(), 1);
+        assert_eq!(six.smem_bytes(), 128 * 128 * 2 + 6 * 256 * 64 * 2 + 6 * 16);
         assert_eq!(six.check(), Ok(()));
+        assert_eq!(row("wg90_128x256x64_128x256_s3_pp").staging_areas(), 1);
         let cases: [(TileConfig, &str); 4] = [
             (
                 TileConfig {

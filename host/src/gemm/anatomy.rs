@@ -140,7 +140,10 @@ pub fn explain(c: &TileConfig) -> String {
     );
     let stage = (bm + bn) * bk * 2;
     let staging = if c.is_ping_pong() {
-        format!(" + a staged C tile of {bm}×{bn} fp16, the consumers' in turn")
+        match c.staging_areas() {
+            1 => format!(" + a staged C tile of {bm}×{bn} fp16, the consumers' in turn"),
+            n => format!(" + {n} staged C tiles of {bm}×{bn} fp16, one a consumer"),
+        }
     } else {
         String::new()
     };
