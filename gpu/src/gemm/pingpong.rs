@@ -238,7 +238,7 @@ fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const AREAS: usize
         } else if after {
             bar_sync_n(STAGING + wg, 256);
         }
-        store_staged_epilogue::<A, MI, BN>(p, acc, (area, (m0, n0), (wg, lane), map_c));
+        store_staged_epilogue::<A, MI, BN, 1>(p, acc, (area, (m0, n0), (wg, lane), map_c));
         if AREAS == 1 {
             if lane == 0 {
                 bulk_wait_read::<0>();

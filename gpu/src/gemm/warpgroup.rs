@@ -243,14 +243,10 @@ fn consume<
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
     if staged(p) {
-        // Each warpgroup stages its tile in the ring, which nothing writes after the last K
-        // step once every consumer's last batch has completed.
+        // Each warpgroup stages its tile in the ring.
         const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
-        if WG > 1 {
-            bar_sync_n(1, 128 * WG as u32);
-        }
         let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
-        store_staged_epilogue::<A, MI, BN>(p, &acc, (area, (row0, n0), (wg, lane), map_c));
+        store_staged_epilogue::<A, MI, BN, WG>(p, &acc, (area, (row0, n0), (wg, lane), map_c));
         if lane == 0 {
             bulk_wait_read::<0>();
         }
@@ -262,15 +258,20 @@ fn consume<
 /// [`store_staged`] of this epilogue: the plain product's rounding alone where [`plain`]
 /// holds, else the whole epilogue.
 #[inline(always)]
-pub(super) fn store_staged_epilogue<A: Accumulator, const MI: usize, const BN: usize>(
+pub(super) fn store_staged_epilogue<
+    A: Accumulator,
+    const MI: usize,
+    const BN: usize,
+    const WG: usize,
+>(
     p: &Args,
     acc: &[A; MI],
     at: (u32, (u32, u32), (u32, u32), *const u8),
 ) {
     if plain(p) {
-        store_staged::<A, MI, BN, true>(p, acc, at);
+        store_staged::<A, MI, BN, WG, true>(p, acc, at);
     } else {
-        store_staged::<A, MI, BN, false>(p, acc, at);
+        store_staged::<A, MI, BN, WG, false>(p, acc, at);
     }
 }
 
@@ -359,15 +360,26 @@ pub(super) const EPILOGUE_BARRIER: u32 = 2;
 /// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 as they are
 /// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the staging
 /// `area`, 64 × 64 boxes as C's tensor map says, then one tensor store a box, which writes only
-/// what lies inside C. The caller makes the area free. The issuing thread (lane 0) commits the
-/// stores as one bulk group; the caller waits until the copy engine has read them before the
-/// area is written again or the block ends.
+/// what lies inside C. The caller makes the area free, but for the `WG` > 1 consumers of a
+/// warpgroup block, whose areas lie in the ring: nothing writes it after the last K step once
+/// every consumer's last batch has completed, which they meet at barrier 1 for. The issuing
+/// thread (lane 0) commits the stores as one bulk group; the caller waits until the copy engine
+/// has read them before the area is written again or the block ends.
 #[inline(always)]
-fn store_staged<A: Accumulator, const MI: usize, const BN: usize, const PLAIN: bool>(
+fn store_staged<
+    A: Accumulator,
+    const MI: usize,
+    const BN: usize,
+    const WG: usize,
+    const PLAIN: bool,
+>(
     p: &Args,
     acc: &[A; MI],
     (area, (row0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
 ) {
+    if WG > 1 {
+        bar_sync_n(1, 128 * WG as u32);
+    }
     // The area was last written or read by the copy engine.
     fence_proxy_async_shared();
     for part in 0..BN.div_ceil(BIAS_PART) {
