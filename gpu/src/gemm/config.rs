@@ -41,14 +41,7 @@ impl TileConfig {
     }
     /// Whether it has kernels accumulating in `acc`.
     pub const fn has(&self, acc: Accum) -> bool {
-        let mut i = 0;
-        while i < self.accums.len() {
-            if self.accums[i] as u8 == acc as u8 {
-                return true;
-            }
-            i += 1;
-        }
-        false
+        acc.among(self.accums)
     }
     /// Accumulator registers a thread holds with `acc` sums: a warp's (or warpgroup's) tile
     /// spread over its 32 (or 128) threads, two fp16 sums a register.
@@ -93,21 +86,34 @@ impl TileConfig {
     /// `mbarrier` pair per stage (full, empty) after them; ping-pong rows first stage fp16 C
     /// tiles ([`TileConfig::staging_areas`]).
     pub const fn smem_bytes(&self) -> usize {
-        let tiles = self.stages * (self.block.0 + self.block.1) * self.block.2 * 2;
         if self.is_ping_pong() {
-            self.staging_areas() * self.block.0 * self.block.1 * 2 + tiles + self.stages * 16
+            self.staging_areas() * self.c_tile_bytes() + self.ring_bytes()
         } else if self.is_wgmma() {
-            tiles + self.stages * 16
+            self.ring_bytes()
         } else {
-            tiles
+            self.stages * self.stage_bytes()
         }
     }
     /// Areas a ping-pong row stages its fp16 C tiles in: one a consumer warpgroup where two
     /// fit Hopper's block beside the ring, else one that the consumers take in turn.
     pub const fn staging_areas(&self) -> usize {
-        let tile = self.block.0 * self.block.1 * 2;
-        let ring = self.stages * ((self.block.0 + self.block.1) * self.block.2 * 2 + 16);
-        if 2 * tile + ring <= HOPPER_SMEM { 2 } else { 1 }
+        if 2 * self.c_tile_bytes() + self.ring_bytes() <= HOPPER_SMEM {
+            2
+        } else {
+            1
+        }
+    }
+    /// An A tile and a B tile of one K slice, fp16.
+    const fn stage_bytes(&self) -> usize {
+        (self.block.0 + self.block.1) * self.block.2 * 2
+    }
+    /// A `wgmma` row's ring: its stages, and an `mbarrier` pair (full, empty) a stage.
+    const fn ring_bytes(&self) -> usize {
+        self.stages * (self.stage_bytes() + 16)
+    }
+    /// The block tile of C in fp16.
+    const fn c_tile_bytes(&self) -> usize {
+        self.block.0 * self.block.1 * 2
     }
     /// Dynamic shared memory an `mma.sync` kernel that takes an SGD step needs: at least the
     /// fp16 C tile its epilogue stages there, rows padded by [`STAGED_PAD`]. Only then: on

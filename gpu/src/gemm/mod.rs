@@ -103,6 +103,17 @@ pub enum Accum {
 }
 
 impl Accum {
+    /// Whether `list` (a table row's accumulator column) holds it.
+    pub const fn among(self, list: &[Accum]) -> bool {
+        let mut i = 0;
+        while i < list.len() {
+            if list[i] as u8 == self as u8 {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
     pub const fn suffix(self) -> &'static str {
         match self {
             Accum::F16 => "f16",

@@ -92,14 +92,7 @@ impl Variant {
         target.among(self.archs.min, self.archs.max)
     }
     pub const fn has(&self, acc: Accum) -> bool {
-        let mut i = 0;
-        while i < self.accums.len() {
-            if self.accums[i] as u8 == acc as u8 {
-                return true;
-            }
-            i += 1;
-        }
-        false
+        acc.among(self.accums)
     }
     /// 16-wide input tiles a warp of a layer past the first holds, at most.
     pub const fn inner_tiles(&self) -> usize {
