@@ -42,7 +42,7 @@ pub fn list() -> String {
     let gpus: Vec<_> = ARCHS.iter().map(|a| format!("sm_{}", a.sm)).collect();
     let _ = writeln!(
         s,
-        "{:<34} {:<8} {:>7} {:>6} {:>9} {:>9}  {}  prefers",
+        "{:<34} {:<9} {:>7} {:>6} {:>9} {:^11}  {}  prefers",
         "row",
         "mainloop",
         "threads",
@@ -63,7 +63,7 @@ pub fn list() -> String {
             .collect();
         let _ = writeln!(
             s,
-            "{:<34} {:<8} {:>7} {:>6} {:>9} {:>5}/{:<5}  {}  {}",
+            "{:<34} {:<9} {:>7} {:>6} {:>9} {:>5}/{:<5}  {}  {}",
             c.name,
             mainloop(c.mainloop),
             c.threads(),
