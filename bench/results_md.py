@@ -44,6 +44,11 @@ def label(system, mode):
     return f"PyTorch {mode}"
 
 
+def batch_of(r):
+    """A depth.csv row's batch: 128 where the CSV has no batch column."""
+    return r.get("batch", "128")
+
+
 def framework_times(model, batch="128"):
     """{label: [seconds of each epoch 2+]} of the model ("128", or "512-256" for 784-512-256-10)
     at this batch over every framework run of the report: the MNIST table's, the widths' and the
@@ -51,7 +56,7 @@ def framework_times(model, batch="128"):
     t = defaultdict(list)
     for r in rows("depth.csv"):
         if (r["system"] != "ours" and r["epoch"] and int(r["epoch"]) > 1 and r["model"] == f"784-{model}-10"
-                and r.get("batch", "128") == batch):
+                and batch_of(r) == batch):
             t[label(r["system"], r["mode"])].append(float(r["epoch_time_s"]))
     if batch != "128":
         return t
@@ -196,7 +201,7 @@ if w:
 
 dp = rows("depth.csv")
 if dp:
-    models = list(dict.fromkeys((r["model"], r.get("batch", "128")) for r in dp))
+    models = list(dict.fromkeys((r["model"], batch_of(r)) for r in dp))
     n_epochs = max((int(r["epoch"]) for r in dp if r["epoch"]), default=0)
     pt_mode = next((r["mode"] for r in dp if r["system"] == "pytorch" and r["mode"]), "")
     md.append("## Deeper models (MNIST, several hidden layers)\n")
@@ -211,7 +216,7 @@ if dp:
     def best_run(system, model, batch):
         """(mode, median seconds, final accuracy, why skipped) of the system's fastest mode on the
         model at the batch."""
-        rr = [r for r in dp if r["system"] == system and r["model"] == model and r.get("batch", "128") == batch]
+        rr = [r for r in dp if r["system"] == system and r["model"] == model and batch_of(r) == batch]
         if not rr or rr[0]["skipped"]:
             return None, float("nan"), float("nan"), rr[0]["skipped"] if rr else ""
         by = defaultdict(list)
@@ -227,7 +232,7 @@ if dp:
     for m, b in models:
         o_mode, o_t, o_acc, o_why = best_run("ours", m, b)
         engine = next((r["engine"] for r in dp if r["system"] == "ours" and r["model"] == m
-                       and r.get("batch", "128") == b), "")
+                       and batch_of(r) == b), "")
         cells = [m, b, arch_cell(f"skipped: {o_why}" if o_why else engine), ms(o_t), pct(o_acc)]
         if has_jax:
             j_mode, j_t, j_acc, j_why = best_run("jax", m, b)

@@ -4,7 +4,7 @@
 //! `docs/deeper.md`.
 //!
 //! The blocks are the first layer's: a pair per slice of 8 units, each with half the batch
-//! (or four, each with a quarter: batches past 128).
+//! (or four, each with a quarter: batches past 128, or where a pair's layout does not fit).
 //! Every later layer's n-tiles are dealt over the same slices, slice `s` taking n-tile `s`:
 //! where a layer is narrower, the slices past its n-tiles are its shadows, which take no part
 //! in its work. Each layer is a [`Block`](super::context::Block) of its own, so the one-layer

@@ -242,9 +242,9 @@ macro_rules! persistent_variants {
             (deep, Single, 2, 128, 1, Registers, Red, [f16], from 80, 1, -, 2, 640),
             (deep3, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 3, 256),
             (deep4, Single, 2, 128, 1, Registers, Red, [f16], from 90, 1, -, 4, 128),
-            // Two hidden layers at batches of 129 to 256: a quarter of the batch a block, the
-            // same rows as a pair's half of 128, the shares of the four parts summed through
-            // global memory.
+            // Two hidden layers at batches up to 256, and at 128 or fewer where `deep`'s
+            // layout does not fit (99 KiB): a quarter of the batch a block, the same rows as a
+            // pair's half of 128, the shares of the four parts summed through global memory.
             (deep_quartered, Single, 4, 256, 1, Registers, Red, [f16], from 80, 1, -, 2, 256),
             // Hopper, past what the registers hold of W1's state.
             (offchip, Ring, 1, 128, 4, Global, Red, [f16], from 90, 1, (MIN_STAGES, MAX_STAGES), 1, -),

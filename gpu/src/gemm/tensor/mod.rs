@@ -128,18 +128,15 @@ macro_rules! export_tensor {
         export_tensor!(@acc $acc, $row, true);)*
     };
     (@sm $other:tt, $($row:tt)*) => {};
-    (@acc $acc:ident, ($($row:tt)*), $async:literal) => {
-        export_tensor!(@acc $acc, $($row)*, $async);
+    (@acc f16, ($($row:tt)*), $async:literal) => {
+        export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($row)*, $async);
+        export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($row)*, $async);
+        export_tensor!(@one "_tn_f16", [u32; 2], true, false, $($row)*, $async);
     };
-    (@acc f16, $($cfg:tt)*) => {
-        export_tensor!(@one "_nn_f16", [u32; 2], false, false, $($cfg)*);
-        export_tensor!(@one "_nt_f16", [u32; 2], false, true, $($cfg)*);
-        export_tensor!(@one "_tn_f16", [u32; 2], true, false, $($cfg)*);
-    };
-    (@acc f32, $($cfg:tt)*) => {
-        export_tensor!(@one "_nn_f32", [f32; 4], false, false, $($cfg)*);
-        export_tensor!(@one "_nt_f32", [f32; 4], false, true, $($cfg)*);
-        export_tensor!(@one "_tn_f32", [f32; 4], true, false, $($cfg)*);
+    (@acc f32, ($($row:tt)*), $async:literal) => {
+        export_tensor!(@one "_nn_f32", [f32; 4], false, false, $($row)*, $async);
+        export_tensor!(@one "_nt_f32", [f32; 4], false, true, $($row)*, $async);
+        export_tensor!(@one "_tn_f32", [f32; 4], true, false, $($row)*, $async);
     };
     (@one $suffix:literal, $acc:ty, $ta:literal, $tb:literal,
      $name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $ik:expr, $st:expr, $async:literal) => {

@@ -203,16 +203,10 @@ pub fn support_sliced(
     }
     let (dim, hidden, classes) = (sizes[0], sizes[1], sizes[sizes.len() - 1]);
     let shuffled = 2 * steps * batch * row_stride(dim);
-    let most = most_batch(gpu.ptx.target());
     let why = if !hidden.is_multiple_of(UNITS) {
         format!("the hidden width {hidden} is not a multiple of {UNITS}")
     } else if !dim.is_multiple_of(16) || dim > MAX_DIM {
         format!("the input width {dim} is not a multiple of 16 up to {MAX_DIM}")
-    } else if sizes.len() == 3 && batch > most {
-        format!(
-            "the batch {batch} is above {most}, the most of its kernels in {}",
-            gpu.describe_ptx()
-        )
     } else if classes > MAX_CLASSES {
         format!("{classes} classes are more than {MAX_CLASSES}")
     } else if shuffled > gpu.mem_info()?.0 / 2 {
@@ -249,13 +243,12 @@ fn choose_layers(
     };
     let mut first_refusal = None;
     for v in in_ptx().filter(|v| v.takes_batch(batch)) {
-        match layer_row_refused(gpu, v, sizes, batch, (acc, units))? {
-            None => {
-                return Ok(Support::Yes(Feed {
-                    variant: v,
-                    stages: 0,
-                }));
-            }
+        let feed = Feed {
+            variant: v,
+            stages: 0,
+        };
+        match layer_row_refused(gpu, feed, sizes, batch, (acc, units))? {
+            None => return Ok(Support::Yes(feed)),
             Some(why) => {
                 first_refusal.get_or_insert(why);
             }
@@ -270,19 +263,16 @@ fn choose_layers(
     Ok(Support::No(why))
 }
 
-/// Why the layer engine's row `v` does not train layers `sizes` at this batch with this
+/// Why the layer engine's row `feed` does not train layers `sizes` at this batch with this
 /// accumulator on this GPU, if it does not.
 fn layer_row_refused(
     gpu: &Gpu,
-    v: &'static Variant,
+    feed: Feed,
     sizes: &[usize],
     batch: usize,
     (acc, units): (Accum, Option<usize>),
 ) -> Result<Option<String>> {
-    let feed = Feed {
-        variant: v,
-        stages: 0,
-    };
+    let v = feed.variant;
     let (hidden, bytes) = (&sizes[1..sizes.len() - 1], feed.smem_bytes(batch, sizes));
     let kernel = format!("its {}-layer kernel", v.layers);
     let why = if !v.has(acc) {
@@ -297,9 +287,7 @@ fn layer_row_refused(
             gpu.describe_smem_limit()
         )
     } else {
-        let f = function(gpu, acc, feed, bytes)?;
-        let cluster = v.clustered(gpu.ptx.target()).then_some(PAIR);
-        let resident = resident_blocks(gpu, &f, bytes, cluster)?;
+        let resident = resident(gpu, acc, feed, bytes)?;
         let blocks = v.parts * hidden[0] / UNITS;
         if blocks <= resident {
             return Ok(None);
@@ -345,6 +333,14 @@ pub fn layer_widths_refused(hidden: &[usize], inner: usize) -> Option<String> {
     None
 }
 
+/// How many blocks of `feed`'s kernel accumulating in `acc`, with `bytes` of shared memory
+/// each, this GPU holds at once.
+fn resident(gpu: &Gpu, acc: Accum, feed: Feed, bytes: usize) -> Result<usize> {
+    let f = function(gpu, acc, feed, bytes)?;
+    let cluster = feed.variant.clustered(gpu.ptx.target()).then_some(PAIR);
+    resident_blocks(gpu, &f, bytes, cluster)
+}
+
 /// How this GPU feeds a batch of `batch` × `dim` to `hidden` units ([`pick_feed`] with its PTX,
 /// shared memory and occupancy), in blocks of `units` hidden units if given.
 fn choose_feed(
@@ -353,12 +349,13 @@ fn choose_feed(
     units: Option<usize>,
 ) -> Result<Support> {
     let (target, room) = (gpu.ptx.target(), gpu.max_smem_optin());
-    let resident = |feed: Feed| {
-        let bytes = feed.smem(batch, dim).bytes;
-        let f = function(gpu, acc, feed, bytes)?;
-        let cluster = feed.variant.clustered(target).then_some(PAIR);
-        resident_blocks(gpu, &f, bytes, cluster)
-    };
+    let most = most_batch(target);
+    if batch > most {
+        let ptx = gpu.describe_ptx();
+        let why = format!("the batch {batch} is above {most}, the most of its kernels in {ptx}");
+        return Ok(Support::No(why));
+    }
+    let resident = |feed: Feed| resident(gpu, acc, feed, feed.smem(batch, dim).bytes);
     let limit = gpu.describe_smem_limit();
     if let Some(u) = units {
         let has = |f: &Feed| f.variant.exists_in(target) && f.variant.has(acc);
