@@ -67,7 +67,6 @@ mod tests {
     use super::*;
     use crate::gemm::Version;
     use crate::ptx::{EMBEDDED, EmbeddedPtx};
-    use gpu::gemm::Layout;
     use gpu::persistent::VARIANTS;
 
     /// The persistent kernel's variants that `p` exports, each with the names of its kernels.
@@ -89,7 +88,7 @@ mod tests {
             .collect();
         names.extend(persistent_kernels(p));
         for v in Version::all_in(p.target()) {
-            names.extend(Layout::ALL.iter().map(|&l| v.kernel(l)));
+            names.extend(v.kernels());
         }
         names
     }
@@ -184,8 +183,7 @@ mod tests {
                 .into_iter()
                 .filter(|v| matches!(v, Version::Tensor(c, _) if c.is_wgmma()));
             for v in wgmma {
-                for l in Layout::ALL {
-                    let name = v.kernel(l);
+                for name in v.kernels() {
                     let args = one_block::<gpu::gemm::Args>(&name);
                     let maps = format!(
                         ".param .align 64 .b8 {name}_param_1[{}]",

@@ -7,6 +7,7 @@ use binary::host_binary;
 use common::{mnist, one_epoch};
 use host::cuda::{Gpu, GpuOptions};
 use host::gemm::Version;
+use host::mlp::layer::Product;
 use host::mlp::options::Parallel;
 use host::mlp::params::init_params;
 use host::mlp::{Epoch, Options, checkpoint, train, train_data_parallel};
@@ -114,8 +115,8 @@ fn two_gpus_follow_the_loss_curve_of_one() {
 }
 
 /// Where a forced GEMM configuration keeps the update apart from the kernels that make the
-/// gradients (Hopper's `wgmma` ones), a split hidden layer still steps the logits' bias once:
-/// on rank 0.
+/// gradients (the direct rung's), a split hidden layer still steps the logits' bias once: on
+/// rank 0.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_split_layer_whose_update_runs_apart_follows_one_gpu() {
@@ -125,7 +126,7 @@ fn a_split_layer_whose_update_runs_apart_follows_one_gpu() {
     let g = Gpu::new(0).unwrap();
     let apart = Version::all_for(&g)
         .into_iter()
-        .find(|v| matches!(v, Version::Tensor(..)) && !v.takes_sgd_step());
+        .find(|v| !v.takes_sgd_step(Product::WeightGradient.layout()));
     let Some(config) = apart else {
         eprintln!("skipped: every GEMM configuration here takes the SGD step");
         return;

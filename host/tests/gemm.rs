@@ -227,17 +227,17 @@ fn sgd_epilogue_steps_the_weights_on_every_version() {
         momentum: 0.9,
     });
     for v in Version::all_for(&g) {
-        if !v.takes_sgd_step() {
-            let p = Problem {
-                sgd: step,
-                ..Problem::new(64, 64, 64, Layout::NN)
-            };
-            let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
-            assert!(e.to_string().contains("takes no SGD step"), "{e}");
-            continue;
-        }
-        let splits = matches!(v, Version::Tensor(..));
+        let splits = matches!(v, Version::Tensor(c, _) if !c.is_wgmma());
         for layout in Layout::ALL {
+            if !v.takes_sgd_step(layout) {
+                let p = Problem {
+                    sgd: step,
+                    ..Problem::new(64, 64, 64, layout)
+                };
+                let e = gemm::launch(&g, v, &p, Ptrs::default()).unwrap_err();
+                assert!(e.to_string().contains("takes no SGD step"), "{e}");
+                continue;
+            }
             // Whole quads in whole tiles; rows of quads with a partial one at the right edge
             // (N = 70 in rows of 72); rows not aligned for vectors (ldc 70); the MLP's first
             // layer at hidden 128.
@@ -253,13 +253,22 @@ fn sgd_epilogue_steps_the_weights_on_every_version() {
                     sgd: step,
                     ..Problem::new(m, n, k, layout)
                 };
-                check_sgd(&g, v, &p, &mut rng);
+                check_sgd(&g, v, &as_read_by(v, p), &mut rng);
             }
             if splits {
                 let p = Problem {
                     split_k: 3,
                     sgd: step,
                     ..Problem::new(64, 40, 1000, layout)
+                };
+                check_sgd(&g, v, &p, &mut rng);
+            }
+            // Several tiles a persistent block, which its two consumers step in turn.
+            if matches!(v, Version::Tensor(c, _) if c.is_ping_pong()) {
+                let tiles = 2 * g.sm_count() as usize + 1;
+                let p = Problem {
+                    sgd: step,
+                    ..Problem::new(128 * tiles, 256, 64, layout)
                 };
                 check_sgd(&g, v, &p, &mut rng);
             }
@@ -502,8 +511,8 @@ fn gemms_beside_another_kernel_take_small_tiles_on_half_the_sms_at_most() {
 
 /// On sm_90a PTX a product the copy engine can read, without a step, takes among the `wgmma`
 /// tiles whose blocks leave at most an eighth of the SMs without one those of which two blocks
-/// fit an SM, then the largest; a product that steps, whose operands the copy engine cannot
-/// read, or which no `wgmma` tile fills, an `mma.sync` one.
+/// fit an SM, then the largest, and so does one that steps; a product whose operands the copy
+/// engine cannot read, or which no `wgmma` tile fills, an `mma.sync` one.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn products_the_copy_engine_reads_take_wgmma_tiles_on_sm_90a() {
@@ -529,12 +538,13 @@ fn products_the_copy_engine_reads_take_wgmma_tiles_on_sm_90a() {
             assert_eq!((c.block.0, c.block.1), block, "{shape:?}: {}", c.name);
         }
     }
-    let shape = (128, 64 * sms, 784);
     let steps = Usage {
         steps: true,
         ..readable
     };
-    for usage in [steps, Usage::aligned(784, 100), Usage::default()] {
+    assert_eq!(chosen((4096, 784, 2048), steps).is_wgmma(), wgmma_in_ptx);
+    let shape = (128, 64 * sms, 784);
+    for usage in [Usage::aligned(784, 100), Usage::default()] {
         assert!(!chosen(shape, usage).is_wgmma(), "{usage:?}");
     }
     assert!(

@@ -125,7 +125,7 @@ fn module_loads_and_has_every_named_kernel() {
         .map(|&(n, _)| n.to_string())
         .collect();
     for v in Version::all_in(g.ptx.target()) {
-        names.extend(gpu::gemm::Layout::ALL.iter().map(|&l| v.kernel(l)));
+        names.extend(v.kernels());
     }
     let missing: Vec<_> = names.iter().filter(|n| g.function(n).is_err()).collect();
     let module = g.module_source();

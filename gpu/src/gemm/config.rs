@@ -61,8 +61,8 @@ impl TileConfig {
     const fn warp_tiles(&self) -> usize {
         (self.block.0 / self.warp.0) * (self.block.1 / self.warp.1)
     }
-    /// Quads of the SGD step each thread has in flight ([`sgd_quads_in_flight`]); `mma.sync`
-    /// rows only (the `wgmma` rungs take no step).
+    /// Quads of the SGD step each thread of an `mma.sync` row has in flight
+    /// ([`sgd_quads_in_flight`]; the `wgmma` rows' step kernels keep `SGD_DEEP` at any tile).
     pub const fn sgd_quads_in_flight(&self) -> usize {
         let fragments = (self.warp.0 / self.instruction.0) * (self.warp.1 / self.instruction.1);
         sgd_quads_in_flight(fragments)

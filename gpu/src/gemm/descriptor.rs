@@ -100,6 +100,15 @@ pub const fn staged_c_row(thread: usize, mi: usize, t: usize, bn: usize) -> u32 
     ((mi * bn / 64 + t / 4) * C_BOX_BYTES as usize + row * 128 + chunk * 16) as u32
 }
 
+/// Where element (r, c) of a warpgroup's `bn`-wide tile lies in its staging area, in bytes, as
+/// [`staged_c_row`] stores it: box `(r / 64, c / 64)`, 128-byte rows, the 16-byte chunk swizzled
+/// by the row. The four elements from a column that is a multiple of 4 lie in one chunk.
+pub const fn staged_c_element(r: usize, c: usize, bn: usize) -> u32 {
+    let chunk = ((c % 64) / 8) ^ (r % 8);
+    let b = (r / 64) * (bn / 64) + c / 64;
+    (b * C_BOX_BYTES as usize + (r % 64) * 128 + chunk * 16 + (c % 8) * 2) as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +191,8 @@ mod tests {
     }
 
     /// Every accumulator pair, stored by `stmatrix.x4` from the addresses of
-    /// [`staged_c_row`], lands where the copy engine's 64 × 64 box of C holds it, once.
+    /// [`staged_c_row`], lands where the copy engine's 64 × 64 box of C holds it, once, which
+    /// is where [`staged_c_element`] finds it.
     #[test]
     fn staged_c_is_the_copy_engines_box_layout() {
         for bn in [128, 256] {
@@ -202,12 +212,27 @@ mod tests {
                             let chunk = ((c % 64) / 8) ^ (r % 8);
                             let want = b * 8192 + (r % 64) * 128 + chunk * 16 + (c % 8) * 2;
                             assert_eq!(at, want, "bn {bn} thread {thread} mi {mi} t {t} q {q}");
+                            assert_eq!(staged_c_element(r, c, bn) as usize, want);
                             seen[at] += 1;
                         }
                     }
                 }
             }
             assert!(seen.iter().step_by(4).all(|&s| s == 1), "bn {bn}");
+        }
+    }
+
+    /// The SGD walk reads a quad of the staged tile as one 8-byte access.
+    #[test]
+    fn a_staged_quad_is_eight_contiguous_bytes() {
+        for r in 0..128 {
+            for c in (0..256).step_by(4) {
+                let first = staged_c_element(r, c, 256);
+                assert_eq!(first % 8, 0);
+                for e in 1..4 {
+                    assert_eq!(staged_c_element(r, c + e, 256), first + 2 * e as u32);
+                }
+            }
         }
     }
 

@@ -29,6 +29,8 @@ pub use simt::epilogue;
 mod accumulator;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
 mod pingpong;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+mod staging;
 #[cfg(target_arch = "nvptx64")]
 mod tensor;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
@@ -258,6 +260,19 @@ pub fn simt_kernel(version: &str, layout: Layout) -> String {
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn tensor_kernel(config: &TileConfig, layout: Layout, acc: Accum) -> String {
     format!("gemm_{}_{}_{}", config.name, layout.suffix(), acc.suffix())
+}
+
+/// The one layout a `wgmma` row's SGD step has a kernel for: a weight gradient's,
+/// `dW = dYᵀ·X`. Those rows take the step in a kernel of their own
+/// ([`wgmma_step_kernel`]), whose loads in flight would otherwise weigh on every product's
+/// registers.
+pub const WGMMA_STEP_LAYOUT: Layout = Layout::TN;
+
+/// Kernel name of a `wgmma` configuration's SGD step ([`WGMMA_STEP_LAYOUT`]) for an
+/// accumulator.
+#[cfg(not(target_arch = "nvptx64"))]
+pub fn wgmma_step_kernel(config: &TileConfig, acc: Accum) -> String {
+    format!("{}_step", tensor_kernel(config, WGMMA_STEP_LAYOUT, acc))
 }
 
 /// The parameter every GEMM kernel takes first, by value as one `.param` block (fp16 pointers as

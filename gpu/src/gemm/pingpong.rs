@@ -25,8 +25,8 @@
 //! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
 use super::accumulator::Accumulator;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
+use super::staging::{EPILOGUE_BARRIER, staged, step_staged, store_pairs, store_staged_epilogue};
 use super::warpgroup::{Atom, Ring, k_step, load_operand, release};
-use super::warpgroup::{EPILOGUE_BARRIER, staged, store_pairs, store_staged_epilogue};
 use super::{Args, PING_PONG_REGISTERS};
 use crate::arch::*;
 
@@ -81,7 +81,7 @@ impl Walk {
 /// The ping-pong GEMM: two consumer warpgroups, each `MI` 64-row blocks of a `BN`-wide tile
 /// (BM = 64·MI), and a producer warpgroup; `STAGES` stages; `AREAS` staging areas for C (2:
 /// one a consumer, 1: one in turn). `A_MN`/`B_MN` and `maps` as in
-/// [`super::warpgroup::gemm`].
+/// [`super::warpgroup::gemm`], and `STEP`: the kernel takes the product's SGD step.
 #[inline(always)]
 pub fn gemm<
     A: Accumulator,
@@ -91,6 +91,7 @@ pub fn gemm<
     const AREAS: usize,
     const A_MN: bool,
     const B_MN: bool,
+    const STEP: bool,
 >(
     p: Args,
     maps: *const u8,
@@ -134,7 +135,8 @@ pub fn gemm<
         let turn = next.then_some(TURN + (1 - wg));
         let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), turn);
         let at = (tm * bm as u32, tn * BN as u32);
-        epilogue::<A, BN, MI, AREAS>(&p, &acc, (area, at, (wg, lane), map_c), (i > 0, next));
+        let turns = (i > 0, next);
+        epilogue::<A, BN, MI, AREAS, STEP>(&p, &acc, (area, at, (wg, lane), map_c), turns);
         i += 2;
     }
     // The block ends only once the copy engine has read the last staged tile.
@@ -211,25 +213,32 @@ fn mainloop<
 }
 
 /// A tile's epilogue: through the copy engine from staging area `area` where the epilogue
-/// allows it, else pair by pair.
+/// allows it, else pair by pair; with an SGD step, stepped from the area by the warpgroup.
 ///
 /// With an area a consumer, the area is free once this warpgroup's previous tile's stores
 /// have read it: their issuing thread waits for that here, a whole mainloop after it issued
-/// them, and the barrier holds the warpgroup's other threads until it has.
+/// them, and the barrier holds the warpgroup's other threads until it has (and, stepping,
+/// until each has read its last quads out of it).
 ///
 /// With one area in turn, `after`: the other warpgroup staged the tile before this one, so
 /// this waits until that has been read; `before`: the other stages the next tile, so this
 /// lets it know once the copy engine has read this one (the issuing thread waits for that,
-/// and its warp arrives after it). The wait also keeps the block alive until its last tile
-/// has been read.
+/// and its warp arrives after it; stepping, each thread arrives once it has read its quads).
+/// The wait also keeps the block alive until its last tile has been read.
 #[inline(always)]
-fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const AREAS: usize>(
+fn epilogue<
+    A: Accumulator,
+    const BN: usize,
+    const MI: usize,
+    const AREAS: usize,
+    const STEP: bool,
+>(
     p: &Args,
     acc: &[A; MI],
     (area, (m0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
     (after, before): (bool, bool),
 ) {
-    if staged(p) {
+    if STEP || staged(p) {
         if AREAS == 2 {
             if lane == 0 {
                 bulk_wait_read::<0>();
@@ -238,7 +247,11 @@ fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const AREAS: usize
         } else if after {
             bar_sync_n(STAGING + wg, 256);
         }
-        store_staged_epilogue::<A, MI, BN, 1>(p, acc, (area, (m0, n0), (wg, lane), map_c));
+        if STEP {
+            step_staged::<A, MI, BN, 1>(p, acc, (area, (m0, n0), (wg, lane)));
+        } else {
+            store_staged_epilogue::<A, MI, BN, 1>(p, acc, (area, (m0, n0), (wg, lane), map_c));
+        }
         if AREAS == 1 {
             if lane == 0 {
                 bulk_wait_read::<0>();
@@ -252,9 +265,10 @@ fn epilogue<A: Accumulator, const BN: usize, const MI: usize, const AREAS: usize
     }
 }
 
-/// Exports `gemm_<config>_<layout>_<acc>` for every ping-pong row of `tile_configs!` and
-/// accumulator of its row (this module is built into sm_90a PTX alone): each warpgroup's tile
-/// `bm`×`bn`, `st` stages.
+/// Exports `gemm_<config>_<layout>_<acc>` and `gemm_<config>_tn_<acc>_step` for every
+/// ping-pong row of `tile_configs!` and accumulator of its row, as
+/// [`export_warpgroup!`](super::warpgroup) does for the `wgmma` rows (this module is built into
+/// sm_90a PTX alone): each warpgroup's tile `bm`×`bn`, `st` stages.
 macro_rules! export_ping_pong {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(
@@ -264,25 +278,30 @@ macro_rules! export_ping_pong {
         $(export_ping_pong!(@acc $acc, $row);)*
     };
     (@sm $other:tt, $($row:tt)*) => {};
-    // Per layout, whether A and B are stored MN-major, as the warpgroup rungs take them.
     (@acc f16, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
-        export_ping_pong!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $st);
-        export_ping_pong!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $st);
-        export_ping_pong!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $st);
+        export_ping_pong!(@layouts "_f16", [u32; $bn / 4], ($name, $bm, $bn, $st));
     };
     (@acc f32, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
-        export_ping_pong!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $st);
-        export_ping_pong!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $st);
-        export_ping_pong!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $st);
+        export_ping_pong!(@layouts "_f32", [f32; $bn / 2], ($name, $bm, $bn, $st));
     };
-    (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
-     $bm:expr, $bn:expr, $st:expr) => {
+    // Per layout, whether A and B are stored MN-major, as the warpgroup rungs take them.
+    (@layouts $acc_suffix:literal, $acc:ty, $row:tt) => {
+        export_ping_pong!(@one ("_nn", $acc_suffix, ""), $acc, (false, true, false), $row);
+        export_ping_pong!(@one ("_nt", $acc_suffix, ""), $acc, (false, false, false), $row);
+        export_ping_pong!(@one ("_tn", $acc_suffix, ""), $acc, (true, true, false), $row);
+        export_ping_pong!(@one ("_tn", $acc_suffix, "_step"), $acc, (true, true, true), $row);
+    };
+    (@one ($layout:literal, $acc_suffix:literal, $step:literal), $acc:ty,
+     ($a_mn:literal, $b_mn:literal, $step_kernel:literal),
+     ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
         const _: () = {
-            #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
+            #[unsafe(export_name = concat!("gemm_", stringify!($name), $layout, $acc_suffix, $step))]
             unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
-                let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
+                let maps = param_address!(concat!(
+                    "gemm_", stringify!($name), $layout, $acc_suffix, $step, "_param_1"
+                ));
                 const AREAS: usize = super::rows::$name.staging_areas();
-                gemm::<$acc, $bn, { $bm / 64 }, $st, AREAS, $a_mn, $b_mn>(p, maps);
+                gemm::<$acc, $bn, { $bm / 64 }, $st, AREAS, $a_mn, $b_mn, $step_kernel>(p, maps);
             }
         };
     };

@@ -1,9 +1,10 @@
-//! The SGD epilogue of the `mma.sync` rungs ([`Args::sgd`]): the block's gradient tile,
-//! `alpha·AB` rounded to fp16 (a step takes no bias, ReLU or gate), is staged in shared memory,
-//! free once the mainloop has ended, then the whole block walks it row by row, four columns a
-//! thread. The fp32 master weights and velocity, 16 of the 18 bytes an element moves here, then
-//! travel as whole 16-byte accesses, several rows of them in flight at once; stored from the
-//! accumulators' fragment layout, each thread would wait on them one fragment at a time.
+//! The SGD epilogue ([`Args::sgd`]): the block's gradient tile, `alpha·AB` rounded to fp16 (a
+//! step takes no bias, ReLU or gate), is staged in shared memory, free once the mainloop has
+//! ended, then the whole block walks it row by row, four columns a thread. The fp32 master
+//! weights and velocity, 16 of the 18 bytes an element moves here, then travel as whole 16-byte
+//! accesses, several rows of them in flight at once; stored from the accumulators' fragment
+//! layout, each thread would wait on them one fragment at a time. The `wgmma` rungs stage each
+//! warpgroup's tile as the copy engine's boxes and have that warpgroup walk it ([`step_quads`]).
 use super::{Args, SGD_DEEP, SGD_SHALLOW, STAGED_PAD, sgd_quads_in_flight};
 use crate::arch::*;
 use crate::layout::mma_c;
@@ -96,29 +97,32 @@ pub fn step_tile<A: Acc, const BM: usize, const BN: usize, const MI: usize, cons
         }
     }
     sync_threads();
+    let thread = (thread_x() as usize, threads);
     if sgd_quads_in_flight(MI * NI) == SGD_DEEP {
-        step_quads::<BM, BN, SGD_DEEP>(&p, at, (bm0, bn0), threads);
+        step_quads::<BN, SGD_DEEP>(&p, at, (BM, (bm0, bn0)), thread);
     } else {
-        step_quads::<BM, BN, SGD_SHALLOW>(&p, at, (bm0, bn0), threads);
+        step_quads::<BN, SGD_SHALLOW>(&p, at, (BM, (bm0, bn0)), thread);
     }
 }
 
-/// The step of the staged tile at `(bm0, bn0)`, walked row by row, four columns a thread,
-/// `IN_FLIGHT` quads of loads at a time.
+/// The step of the staged tile of `rows` rows at `(bm0, bn0)`, walked row by row, four
+/// columns a thread, `IN_FLIGHT` quads of loads at a time, by the `threads` threads that
+/// stepping it falls to, this one being `thread` of them. `staged(r, c)`: the shared address of
+/// the tile's element (r, c), where its quad's 8 bytes lie together.
 #[inline(always)]
-fn step_quads<const BM: usize, const BN: usize, const IN_FLIGHT: usize>(
+pub(super) fn step_quads<const BN: usize, const IN_FLIGHT: usize>(
     p: &Args,
     staged: impl Fn(usize, usize) -> u32,
-    (bm0, bn0): (u32, u32),
-    threads: usize,
+    (rows, (bm0, bn0)): (usize, (u32, u32)),
+    (thread, threads): (usize, usize),
 ) {
     let sgd = p.sgd;
     let vector = p.ldc.is_multiple_of(4)
         && (sgd.master as usize).is_multiple_of(16)
         && (sgd.velocity as usize).is_multiple_of(16)
         && (p.c as usize).is_multiple_of(8);
-    let quads = BM * BN / 4;
-    let mut first = thread_x() as usize;
+    let quads = rows * BN / 4;
+    let mut first = thread;
     while first < quads {
         let quad = |u: usize| {
             let q = first + u * threads;

@@ -15,10 +15,9 @@
 //! the whole cluster, and each consumer releases a stage in every block.
 use super::Args;
 use super::accumulator::Accumulator;
-use super::descriptor::{ATOM_BYTES, BK, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
-use super::descriptor::{C_BOX_BYTES, copy_engine_reaches, staged_c_row};
-use super::descriptor::{accumulator_pair, operand_descriptor};
-use super::simt::store_pair;
+use super::descriptor::operand_descriptor;
+use super::descriptor::{ATOM_BYTES, BK, C_BOX_BYTES, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
+use super::staging::{staged, step_staged, store_pairs, store_staged_epilogue};
 use crate::arch::*;
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
@@ -64,7 +63,8 @@ impl<const STAGES: usize> Ring<STAGES> {
 /// the operand is stored MN-major (A as `[K][M]`, B as `[K][N]`), else K-major (A as `[M][K]`,
 /// B as `[N][K]`). `maps` is the generic address of the kernel's
 /// [`TensorMaps`](super::descriptor::TensorMaps) parameter: the copy engine reads the maps where
-/// the launch put them.
+/// the launch put them. `STEP`: the kernel takes the product's SGD step ([`step_staged`]);
+/// else it stores the product and ignores [`Args::sgd`].
 #[inline(always)]
 pub fn gemm<
     A: Accumulator,
@@ -75,6 +75,7 @@ pub fn gemm<
     const CM: usize,
     const A_MN: bool,
     const B_MN: bool,
+    const STEP: bool,
 >(
     p: Args,
     maps: *const u8,
@@ -105,7 +106,7 @@ pub fn gemm<
         }
     } else {
         let map_c = unsafe { maps.add(2 * MAP_BYTES) };
-        consume::<A, BN, MI, WG, STAGES, CM, A_MN, B_MN>(&p, ring, origin, map_c);
+        consume::<A, BN, MI, WG, STAGES, CM, A_MN, B_MN, STEP>(&p, ring, origin, map_c);
     }
     // A block's barriers receive the other blocks' releases until those have finished: none
     // exits before the whole cluster is done.
@@ -214,7 +215,8 @@ pub(super) fn k_step<
 }
 
 /// A consumer warpgroup: one batch of wgmma per K step, kept in flight while the next is
-/// issued, a stage released once the batch that read it has completed; then the epilogue.
+/// issued, a stage released once the batch that read it has completed; then the epilogue, or
+/// with `STEP` the SGD step.
 #[inline(always)]
 fn consume<
     A: Accumulator,
@@ -225,6 +227,7 @@ fn consume<
     const CM: usize,
     const A_MN: bool,
     const B_MN: bool,
+    const STEP: bool,
 >(
     p: &Args,
     ring: Ring<STAGES>,
@@ -232,8 +235,15 @@ fn consume<
     map_c: *const u8,
 ) {
     let (wg, lane) = (thread_x() / 128, thread_x() % 128);
+    let steps = p.k.div_ceil(BK as u32);
+    if STEP {
+        // SAFETY: the host launches no product with K = 0 (`Problem::validate`). Told so,
+        // the compiler keeps one path to the step, through the mainloop: a second one,
+        // holding the zeroed accumulators, makes ptxas serialise the `wgmma` (C7515).
+        unsafe { core::hint::assert_unchecked(steps > 0) };
+    }
     let mut acc = [A::ZERO; MI];
-    for kt in 0..p.k.div_ceil(BK as u32) {
+    for kt in 0..steps {
         k_step::<A, MI, STAGES, A_MN, B_MN>(ring, kt, wg * MI as u32, &mut acc);
         wgmma_wait::<1>();
         if kt > 0 && lane < CM as u32 {
@@ -242,177 +252,18 @@ fn consume<
     }
     wgmma_wait::<0>();
     let row0 = m0 + wg * (MI * WGMMA_M) as u32;
-    if staged(p) {
-        // Each warpgroup stages its tile in the ring.
-        const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
-        let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
+    // Each warpgroup stages its tile in the ring.
+    const { assert!(WG * MI * BN * WGMMA_M * 2 <= STAGES * (WGMMA_M * MI * WG + BN) * BK * 2) };
+    let area = ring.base + wg * (MI * BN / 64) as u32 * C_BOX_BYTES;
+    if STEP {
+        step_staged::<A, MI, BN, WG>(p, &acc, (area, (row0, n0), (wg, lane)));
+    } else if staged(p) {
         store_staged_epilogue::<A, MI, BN, WG>(p, &acc, (area, (row0, n0), (wg, lane), map_c));
         if lane == 0 {
             bulk_wait_read::<0>();
         }
     } else {
         store_pairs::<A, MI, BN>(p, &acc, (row0, n0), lane);
-    }
-}
-
-/// [`store_staged`] of this epilogue: the plain product's rounding alone where [`plain`]
-/// holds, else the whole epilogue.
-#[inline(always)]
-pub(super) fn store_staged_epilogue<
-    A: Accumulator,
-    const MI: usize,
-    const BN: usize,
-    const WG: usize,
->(
-    p: &Args,
-    acc: &[A; MI],
-    at: (u32, (u32, u32), (u32, u32), *const u8),
-) {
-    if plain(p) {
-        store_staged::<A, MI, BN, WG, true>(p, acc, at);
-    } else {
-        store_staged::<A, MI, BN, WG, false>(p, acc, at);
-    }
-}
-
-/// The warpgroup's accumulators into C pair by pair, where the copy engine does not take them:
-/// rows from `row0`, columns from `n0`, the lane's pairs of each 64-row block.
-#[inline(always)]
-pub(super) fn store_pairs<A: Accumulator, const MI: usize, const BN: usize>(
-    p: &Args,
-    acc: &[A; MI],
-    (row0, n0): (u32, u32),
-    lane: u32,
-) {
-    for (mi, acc) in acc.iter().enumerate() {
-        for j in 0..BN / 4 {
-            let (r, c) = accumulator_pair(lane as usize, j);
-            let (v0, v1) = acc.pair(j);
-            store_pair(p, row0 + (mi * WGMMA_M + r) as u32, n0 + c as u32, v0, v1);
-        }
-    }
-}
-
-/// Whether the epilogue is the plain product (alpha 1, no beta, bias, ReLU or gate): then the
-/// accumulators go to C as they are, rounded to fp16, without any arithmetic.
-#[inline(always)]
-pub(super) fn plain(p: &Args) -> bool {
-    let plain = p.alpha == 1.0 && p.beta == 0.0 && p.relu == 0;
-    plain && p.bias.is_null() && p.gate.is_null()
-}
-
-/// Whether the epilogue goes through the copy engine ([`store_staged`]): where the copy engine
-/// can address C, any epilogue but one with a beta or a gate (which read C's own layout) or a
-/// bias not aligned to 4-byte words. The other path writes each 32-byte sector of C in halves,
-/// a thread's pairs as 4-byte words; that store pattern, not the arithmetic, is most of its
-/// cost (`docs/gemm.md`).
-#[inline(always)]
-pub(super) fn staged(p: &Args) -> bool {
-    let bias_words = (p.bias as usize).is_multiple_of(4);
-    p.beta == 0.0 && p.gate.is_null() && bias_words && copy_engine_reaches(p.c as u64, p.ldc as u64)
-}
-
-/// Accumulator pair `j` through the epilogue as [`output`](super::simt::output) computes it
-/// (alpha, then the bias, then the ReLU), rounded to fp16 as one `f16x2` word; `bias`: the
-/// pair's two bias values as one word ([`bias_words`]).
-#[inline(always)]
-fn output_word<A: Accumulator>(p: &Args, acc: &A, j: usize, bias: u32) -> u32 {
-    let (v0, v1) = acc.pair(j);
-    let (mut a, mut b) = (p.alpha * v0, p.alpha * v1);
-    if !p.bias.is_null() {
-        let (b0, b1) = unpack_h2(bias);
-        a += b0;
-        b += b1;
-    }
-    if p.relu != 0 {
-        (a, b) = (a.max(0.0), b.max(0.0));
-    }
-    pack_h2(a, b)
-}
-
-/// The columns of C whose bias a warpgroup thread holds at once in the staged store: 16 words,
-/// which the widest fp32 tile (128 accumulators a thread) still fits beside.
-const BIAS_PART: usize = 128;
-
-/// The bias of the columns this warpgroup thread's pairs hold in [`BIAS_PART`] columns of C
-/// from `c0`, word `w` for pairs `2w` and `2w + 1` of the part (whose first column is even):
-/// zero past N, the first half alone where only it lies inside, zeros without a bias. All are
-/// loaded before the first is used, so the thread waits on their latency once, not once a
-/// column.
-#[inline(always)]
-fn bias_words(p: &Args, c0: u32, lane: u32) -> [u32; BIAS_PART / 8] {
-    core::array::from_fn(|w| {
-        let col = c0 + accumulator_pair(lane as usize, 2 * w).1 as u32;
-        if p.bias.is_null() || col >= p.n {
-            0
-        } else if col + 1 < p.n {
-            unsafe { *(p.bias.add(col as usize) as *const u32) }
-        } else {
-            unsafe { *p.bias.add(col as usize) as u32 }
-        }
-    })
-}
-
-/// Named barrier `EPILOGUE_BARRIER + wg`: consumer warpgroup `wg`'s own, which its threads
-/// meet at before the staged tile's tensor stores.
-pub(super) const EPILOGUE_BARRIER: u32 = 2;
-
-/// Stores the warpgroup's accumulators through the copy engine: rounded to fp16 as they are
-/// (`PLAIN`) or through [`output_word`], [`BIAS_PART`] columns at a time, into the staging
-/// `area`, 64 × 64 boxes as C's tensor map says, then one tensor store a box, which writes only
-/// what lies inside C. The caller makes the area free, but for the `WG` > 1 consumers of a
-/// warpgroup block, whose areas lie in the ring: nothing writes it after the last K step once
-/// every consumer's last batch has completed, which they meet at barrier 1 for. The issuing
-/// thread (lane 0) commits the stores as one bulk group; the caller waits until the copy engine
-/// has read them before the area is written again or the block ends.
-#[inline(always)]
-fn store_staged<
-    A: Accumulator,
-    const MI: usize,
-    const BN: usize,
-    const WG: usize,
-    const PLAIN: bool,
->(
-    p: &Args,
-    acc: &[A; MI],
-    (area, (row0, n0), (wg, lane), map_c): (u32, (u32, u32), (u32, u32), *const u8),
-) {
-    if WG > 1 {
-        bar_sync_n(1, 128 * WG as u32);
-    }
-    // The area was last written or read by the copy engine.
-    fence_proxy_async_shared();
-    for part in 0..BN.div_ceil(BIAS_PART) {
-        let bias = if PLAIN {
-            [0; BIAS_PART / 8]
-        } else {
-            bias_words(p, n0 + (part * BIAS_PART) as u32, lane)
-        };
-        for (mi, acc) in acc.iter().enumerate() {
-            for t in part * BIAS_PART / 16..((part + 1) * BIAS_PART).min(BN) / 16 {
-                let r = core::array::from_fn(|q| {
-                    let j = 4 * t + q;
-                    if PLAIN {
-                        acc.packed(j)
-                    } else {
-                        output_word(p, acc, j, bias[j / 2 - part * BIAS_PART / 8])
-                    }
-                });
-                stmatrix_x4(area + staged_c_row(lane as usize, mi, t, BN), r);
-            }
-        }
-    }
-    fence_proxy_async_shared();
-    bar_sync_n(EPILOGUE_BARRIER + wg, 128);
-    if lane == 0 {
-        for mi in 0..MI {
-            for b in 0..BN / 64 {
-                let staged = area + ((mi * BN / 64 + b) as u32) * C_BOX_BYTES;
-                let at = (n0 + 64 * b as u32, row0 + (mi * WGMMA_M) as u32);
-                tma_store_2d(map_c, at, staged);
-            }
-        }
-        bulk_commit();
     }
 }
 
@@ -431,8 +282,11 @@ pub(super) fn release<const CM: usize>(bar: u32, r: u32) {
 }
 
 /// Exports `gemm_<config>_<layout>_<acc>` for every `wgmma` row of `tile_configs!` and
-/// accumulator of its row (this module is built into sm_90a PTX alone): block tile
-/// `bm`×`bn`, warpgroup tile `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
+/// accumulator of its row (this module is built into sm_90a PTX alone), and
+/// `gemm_<config>_tn_<acc>_step`, which takes the SGD step of a weight gradient (the TN layout):
+/// block tile `bm`×`bn`, warpgroup tile `wm`×`bn`, `st` stages, clusters of `cm` blocks along M.
+/// The step is a kernel of its own because the registers of its loads in flight would count
+/// against every product's blocks an SM.
 macro_rules! export_warpgroup {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(
@@ -442,25 +296,32 @@ macro_rules! export_warpgroup {
         $(export_warpgroup!(@acc $acc, $row);)*
     };
     (@sm $other:tt, $($row:tt)*) => {};
-    // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
-    // both. `pipe`: stages and cluster.
     (@acc f16, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
-        export_warpgroup!(@one $name, "_nn_f16", [u32; $bn / 4], false, true, $bm, $bn, $wm, $pipe);
-        export_warpgroup!(@one $name, "_nt_f16", [u32; $bn / 4], false, false, $bm, $bn, $wm, $pipe);
-        export_warpgroup!(@one $name, "_tn_f16", [u32; $bn / 4], true, true, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@layouts "_f16", [u32; $bn / 4], ($name, $bm, $bn, $wm, $pipe));
     };
     (@acc f32, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
-        export_warpgroup!(@one $name, "_nn_f32", [f32; $bn / 2], false, true, $bm, $bn, $wm, $pipe);
-        export_warpgroup!(@one $name, "_nt_f32", [f32; $bn / 2], false, false, $bm, $bn, $wm, $pipe);
-        export_warpgroup!(@one $name, "_tn_f32", [f32; $bn / 2], true, true, $bm, $bn, $wm, $pipe);
+        export_warpgroup!(@layouts "_f32", [f32; $bn / 2], ($name, $bm, $bn, $wm, $pipe));
     };
-    (@one $name:ident, $suffix:literal, $acc:ty, $a_mn:literal, $b_mn:literal,
-     $bm:expr, $bn:expr, $wm:expr, ($st:expr, $cm:expr)) => {
+    // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
+    // both. `pipe`: stages and cluster.
+    (@layouts $acc_suffix:literal, $acc:ty, $row:tt) => {
+        export_warpgroup!(@one ("_nn", $acc_suffix, ""), $acc, (false, true, false), $row);
+        export_warpgroup!(@one ("_nt", $acc_suffix, ""), $acc, (false, false, false), $row);
+        export_warpgroup!(@one ("_tn", $acc_suffix, ""), $acc, (true, true, false), $row);
+        export_warpgroup!(@one ("_tn", $acc_suffix, "_step"), $acc, (true, true, true), $row);
+    };
+    (@one ($layout:literal, $acc_suffix:literal, $step:literal), $acc:ty,
+     ($a_mn:literal, $b_mn:literal, $step_kernel:literal),
+     ($name:ident, $bm:expr, $bn:expr, $wm:expr, ($st:expr, $cm:expr))) => {
         const _: () = {
-            #[unsafe(export_name = concat!("gemm_", stringify!($name), $suffix))]
+            #[unsafe(export_name = concat!("gemm_", stringify!($name), $layout, $acc_suffix, $step))]
             unsafe extern "ptx-kernel" fn kernel(p: Args, _maps: super::descriptor::TensorMaps) {
-                let maps = param_address!(concat!("gemm_", stringify!($name), $suffix, "_param_1"));
-                gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $cm, $a_mn, $b_mn>(p, maps);
+                let maps = param_address!(concat!(
+                    "gemm_", stringify!($name), $layout, $acc_suffix, $step, "_param_1"
+                ));
+                gemm::<$acc, $bn, { $wm / 64 }, { $bm / $wm }, $st, $cm, $a_mn, $b_mn, $step_kernel>(
+                    p, maps,
+                );
             }
         };
     };

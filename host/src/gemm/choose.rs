@@ -56,9 +56,9 @@ const BESIDE_MIN_TILE: (usize, usize) = (64, 64);
 ///
 /// Only rows with kernels accumulating in `acc` take part.
 ///
-/// `usage.copy_engine`, without a step: on sm_90a PTX a `wgmma` configuration where one fits
-/// the product (`choose_wgmma`; `acc` because the accumulators' registers decide how many
-/// blocks an SM holds), before any `mma.sync` one.
+/// `usage.copy_engine`: on sm_90a PTX a `wgmma` configuration where one fits the product
+/// (`choose_wgmma`; `acc` because the accumulators' registers decide how many blocks an SM
+/// holds), before any `mma.sync` one.
 pub fn choose_config(
     gpu: &Gpu,
     (m, n, k): (usize, usize, usize),
@@ -115,6 +115,10 @@ pub fn choose_config(
 /// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
 /// fills a K step of 64: among the tiles whose blocks leave at most an eighth of the SMs
 /// without one, those of which two blocks fit an SM at once ([`two_an_sm`]), then the largest.
+/// A product that steps is timed by its step kernel's registers, which leave two blocks an SM
+/// to the 64×64 tile alone: alone on the GPU the larger tiles step `mlp4096b512.dw1` faster (18
+/// µs on 128×256 against 23), but in the layered step, where other kernels run beside it,
+/// their one wave is held up (784-4096-10 at batch 512: 7.94 ms an epoch against 7.62–7.67).
 /// A warpgroup block computes its tile several times as fast as `mma.sync` blocks on the same
 /// SM, so its tiles need not give every SM a block as `mma.sync` ones do (measured in
 /// `docs/gemm.md`, "64-wide warpgroup tiles"). Two blocks an SM overlap one's fill and
@@ -136,7 +140,7 @@ fn choose_wgmma(
         .filter(|c| c.smem_bytes() <= gpu.max_smem_optin() && usage.admits(c, k))
         .filter(|c| 8 * c.tiles(m, n) >= 7 * sms)
     {
-        let key = (two_an_sm(gpu, c, acc)?, c.block.0 * c.block.1);
+        let key = (two_an_sm(gpu, c, acc, usage.steps)?, c.block.0 * c.block.1);
         if best.is_none_or(|(b, _)| key >= b) {
             best = Some((key, c));
         }
@@ -146,10 +150,10 @@ fn choose_wgmma(
 
 /// Whether two blocks of row `c`'s kernel accumulating in `acc` are resident on an SM at once,
 /// as the driver's occupancy calculator says for its `nt` kernel (the layouts differ only in
-/// their copy descriptors): the registers of fp32 accumulators can allow one where the shared
-/// memory allows two.
-fn two_an_sm(gpu: &Gpu, c: &'static TileConfig, acc: Accum) -> Result<bool> {
-    let f = gpu.function(&Version::Tensor(c, acc).kernel(Layout::NT))?;
+/// their copy descriptors), or where the product `steps` its SGD step kernel: the registers of
+/// fp32 accumulators, or of the step's loads, can allow one where the shared memory allows two.
+fn two_an_sm(gpu: &Gpu, c: &'static TileConfig, acc: Accum, steps: bool) -> Result<bool> {
+    let f = gpu.function(&Version::Tensor(c, acc).kernel_for(Layout::NT, steps))?;
     let smem = c.smem_bytes();
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -73,7 +73,7 @@ fn plan(gpu: &Gpu, v: Version, p: &Problem) -> Result<(String, LaunchConfig)> {
         }
     };
     v.ensure_runs_on(gpu)?;
-    Ok((v.kernel(p.layout), geometry))
+    Ok((v.kernel_for(p.layout, p.sgd.is_some()), geometry))
 }
 
 /// Launches one GEMM on the GPU's stream (asynchronously). Validate the problem first with
@@ -212,13 +212,19 @@ fn launch_sliced(
 }
 
 /// The kernel's SGD step for `p` ([`gpu::gemm::Sgd::NONE`] without one), or why `v` cannot
-/// take it on these buffers: the `wgmma` rungs take none, and a step needs the master weights
+/// take it on these buffers: the direct rung takes none, the `wgmma` rows only a weight
+/// gradient's, and a step needs the master weights
 /// and velocity and takes the plain product as its gradient.
 fn sgd_of(v: Version, p: &Problem, ptrs: Ptrs) -> Result<gpu::gemm::Sgd> {
     let Some(SgdStep { lr, momentum }) = p.sgd else {
         return Ok(gpu::gemm::Sgd::NONE);
     };
-    ensure!(v.takes_sgd_step(), "{} takes no SGD step", v.label());
+    ensure!(
+        v.takes_sgd_step(p.layout),
+        "{} takes no SGD step in the {:?} layout",
+        v.label(),
+        p.layout
+    );
     ensure!(
         ptrs.master != 0 && ptrs.velocity != 0,
         "an SGD step needs the master weights and velocity"
@@ -257,8 +263,9 @@ fn launch_warpgroup(
 }
 
 /// Why version `v` cannot run `p` on these buffers, where it cannot for a reason of the
-/// operands alone: the `wgmma` rungs take no SGD step, and read the operands through the copy
-/// engine, which needs rows that start 16-byte aligned.
+/// operands alone: the direct rung takes no SGD step (the `wgmma` rows only a weight gradient's),
+/// and the `wgmma` rungs read the operands
+/// through the copy engine, which needs rows that start 16-byte aligned.
 pub fn refuses(v: Version, p: &Problem, ptrs: Ptrs) -> Option<String> {
     if let Err(why) = sgd_of(v, p, ptrs) {
         return Some(why.to_string());

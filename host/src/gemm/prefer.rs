@@ -3,8 +3,9 @@
 //! ([`choose_config`](super::choose_config)); `host gemm --tune` on the GPU itself prints the
 //! lines to paste here. A preference applies only where the row could run anyway: its PTX is
 //! loaded, its stages fit the block's shared memory, it has kernels for the accumulators
-//! asked for, and the product's usage allows it. Where a GPU has several lines for a size, the
-//! first that applies is taken.
+//! asked for, and the product's usage allows it; and the product takes no SGD step, which the
+//! lines are not timed with. Where a GPU has several lines for a size, the first that applies
+//! is taken.
 use super::usage::Usage;
 use gpu::gemm::{Accum, TILE_CONFIGS, TileConfig, rows};
 use gpu::target::Target;
@@ -68,13 +69,17 @@ pub const PREFERENCES: &[Preference] = &[
 ];
 
 /// The row GPU `sm` prefers for an M×N×K product of `usage` accumulating in `acc`, with PTX
-/// `target` and `smem` bytes of shared memory a block, if it has one that runs there.
+/// `target` and `smem` bytes of shared memory a block, if it has one that runs there. A product
+/// that takes an SGD step has none: the lines are timed on products without one.
 pub fn preferred(
     (sm, target, smem): (u32, Target, usize),
     (m, n, k): (usize, usize, usize),
     usage: Usage,
     acc: Accum,
 ) -> Option<&'static TileConfig> {
+    if usage.steps {
+        return None;
+    }
     let size = Size::of(m, n)?;
     let runs = |c: &TileConfig| c.in_ptx(target) && c.smem_bytes() <= smem && c.has(acc);
     let row = PREFERENCES

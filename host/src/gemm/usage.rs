@@ -31,13 +31,13 @@ impl Usage {
     }
 
     /// Whether row `c` may run a product of this usage and depth `k`, for the general choice
-    /// and a GPU's preference alike: a `wgmma` row needs operands the copy engine reads, takes
-    /// no SGD step and a K of at least its slice; an `mma.sync` row that steps keeps
-    /// [`SGD_DEEP`] quads of the step in flight, unless K is at least `SHALLOW_STEP_MIN_K`
-    /// (`docs/gemm.md`).
+    /// and a GPU's preference alike: a `wgmma` row needs operands the copy engine reads and a
+    /// K of at least its slice (its step keeps [`SGD_DEEP`] quads in flight at any tile); an
+    /// `mma.sync` row that steps keeps [`SGD_DEEP`] quads of the step in flight, unless K is
+    /// at least `SHALLOW_STEP_MIN_K` (`docs/gemm.md`).
     pub fn admits(&self, c: &TileConfig, k: usize) -> bool {
         if c.is_wgmma() {
-            self.copy_engine && !self.steps && c.block.2 <= k
+            self.copy_engine && c.block.2 <= k
         } else {
             !self.steps || c.sgd_quads_in_flight() == SGD_DEEP || k >= SHALLOW_STEP_MIN_K
         }
@@ -67,7 +67,14 @@ mod tests {
         assert!(steps.admits(shallow, SHALLOW_STEP_MIN_K));
         assert!(steps.admits(deep, 128));
         assert!(Usage::default().admits(shallow, 128));
+        // A `wgmma` row steps where the copy engine reads its operands.
         let wgmma = TILE_CONFIGS.iter().find(|c| c.is_wgmma()).unwrap();
         assert!(!steps.admits(wgmma, 4096));
+        let aligned = Usage {
+            steps: true,
+            ..Usage::aligned(784, 784)
+        };
+        assert!(aligned.admits(wgmma, 128));
+        assert!(!aligned.admits(wgmma, 32));
     }
 }

@@ -6,7 +6,7 @@ use crate::ptx::Target;
 use anyhow::{Result, bail, ensure};
 use gpu::gemm::{
     Accum, DIRECT_MIN_SM, Layout, RB_K, RB_TILE, SIMT_VERSIONS, SMEM_TILE, TILE_CONFIGS,
-    TileConfig, simt_kernel, tensor_kernel,
+    TileConfig, WGMMA_STEP_LAYOUT, simt_kernel, tensor_kernel, wgmma_step_kernel,
 };
 
 /// One rung of the ladder.
@@ -41,6 +41,26 @@ impl Version {
         }
     }
 
+    /// The kernel for a product in `layout`, which takes its SGD step where `steps`: the
+    /// `wgmma` rows' step is a kernel of its own, the others' a branch of the one kernel.
+    pub fn kernel_for(&self, layout: Layout, steps: bool) -> String {
+        match *self {
+            Version::Tensor(c, acc) if steps && c.is_wgmma() => wgmma_step_kernel(c, acc),
+            _ => self.kernel(layout),
+        }
+    }
+
+    /// Every kernel of the version: one a layout, and the `wgmma` rows' SGD step.
+    pub fn kernels(&self) -> Vec<String> {
+        let mut names: Vec<_> = Layout::ALL.iter().map(|&l| self.kernel(l)).collect();
+        if let Version::Tensor(c, acc) = *self
+            && c.is_wgmma()
+        {
+            names.push(wgmma_step_kernel(c, acc));
+        }
+        names
+    }
+
     /// The lowest compute capability (×10) whose PTX holds the version.
     pub fn min_sm(&self) -> u32 {
         match self {
@@ -50,13 +70,13 @@ impl Version {
         }
     }
 
-    /// Whether the version's epilogue can take an SGD step: the `wgmma` rungs and the direct
-    /// one take none.
-    pub fn takes_sgd_step(&self) -> bool {
+    /// Whether the version's epilogue can take an SGD step in `layout`: the direct rung takes
+    /// none, the `wgmma` rows that of a weight gradient ([`WGMMA_STEP_LAYOUT`]).
+    pub fn takes_sgd_step(&self, layout: Layout) -> bool {
         match self {
-            Version::Simt(_) => true,
             Version::Direct => false,
-            Version::Tensor(c, _) => !c.is_wgmma(),
+            Version::Tensor(c, _) if c.is_wgmma() => layout == WGMMA_STEP_LAYOUT,
+            _ => true,
         }
     }
 

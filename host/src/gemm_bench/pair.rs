@@ -103,15 +103,17 @@ pub(super) fn rows(
     let name = "cublas_f16+sgd_update | cublas_f16+sgd_update".to_string();
     rows.push(row(out, (name, label), work, (cublas_ms, cublas_ms), &c)?);
 
-    let steps = |beside| Usage {
+    // Each with its step, as the layered step plans them below `SEPARATE_STEP_MIN_K` rows
+    // (deeper, Hopper's step runs apart, which the pair does not time).
+    let steps = |ops: &Operands, beside| Usage {
         beside,
         steps: true,
-        ..Usage::default()
+        ..Usage::aligned(ops.p.lda, ops.p.ldb)
     };
-    let main = Planned::choose(gpu, &main_ops, steps(false))?;
+    let main = Planned::choose(gpu, &main_ops, steps(&main_ops, false))?;
     let (as_step, alone) = (
-        Planned::choose(gpu, &side_ops, steps(true))?,
-        Planned::choose(gpu, &side_ops, steps(false))?,
+        Planned::choose(gpu, &side_ops, steps(&side_ops, true))?,
+        Planned::choose(gpu, &side_ops, steps(&side_ops, false))?,
     );
     let differs = (alone.v, alone.p.split_k) != (as_step.v, as_step.p.split_k);
     for on_side in std::iter::once(as_step).chain(differs.then_some(alone)) {

@@ -27,6 +27,16 @@ impl Product {
         Product::InputGradient,
     ];
 
+    /// How the product's operands are stored ([`Layout`]): the forward reads W as `[out][in]`
+    /// (NT), the weight gradient reads d and the input transposed (TN).
+    pub const fn layout(self) -> Layout {
+        match self {
+            Product::Forward => Layout::NT,
+            Product::WeightGradient => Layout::TN,
+            Product::InputGradient => Layout::NN,
+        }
+    }
+
     /// The product's name at layer `l` (counted from 0), as the GEMM bench names the MLP's
     /// products: `fwd1`, `dw1`, `dx2`.
     pub fn name(self, l: usize) -> String {
@@ -61,17 +71,17 @@ pub fn problem(sizes: &[usize], l: usize, product: Product, rows: usize) -> Prob
             lda: input_ld(sizes, l),
             ldc: stride(o),
             relu: l + 2 < sizes.len(),
-            ..Problem::new(rows, o, i, Layout::NT)
+            ..Problem::new(rows, o, i, product.layout())
         },
         Product::WeightGradient => Problem {
             lda: stride(o),
             ldb: input_ld(sizes, l),
-            ..Problem::new(o, i, rows, Layout::TN)
+            ..Problem::new(o, i, rows, product.layout())
         },
         Product::InputGradient => Problem {
             lda: stride(o),
             ldc: input_ld(sizes, l),
-            ..Problem::new(rows, i, o, Layout::NN)
+            ..Problem::new(rows, i, o, product.layout())
         },
     }
 }

@@ -15,6 +15,7 @@ pub mod options;
 pub mod parallel;
 pub mod params;
 pub mod persistent;
+mod plans;
 pub mod reduce;
 pub mod reference;
 pub mod shape;

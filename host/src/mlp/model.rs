@@ -3,9 +3,10 @@
 use super::launchers::{bias_grad, sgd_update, softmax_ce};
 use super::layer::{self, Product, stride};
 use super::params::param_layout;
+use super::plans::{Plan, Plans, plan_gemms, steps_apart, weight_gradient_beside};
 use super::shape::StepShape;
 use crate::cuda::{Arena, Buf, Gpu, SideStream, grid_1d};
-use crate::gemm::{self, Problem, Ptrs, SgdStep, Usage, Version};
+use crate::gemm::{self, Problem, Ptrs, SgdStep, Version};
 use crate::kernels;
 use anyhow::{Result, ensure};
 use cudarc::driver::{CudaStream, PushKernelArg};
@@ -61,111 +62,6 @@ impl Drop for Beside {
     fn drop(&mut self) {
         let _ = self.side.stream.synchronize();
     }
-}
-
-/// Whether layer `l`'s weight gradient runs on the second stream, beside the rest of the
-/// backward pass: every layer's but the first's, which has nothing after it to run beside.
-fn weight_gradient_beside(l: usize) -> bool {
-    l > 0
-}
-
-/// How one GEMM of the model runs: the kernel version and its K slices.
-#[derive(Clone, Copy, Debug)]
-pub struct Plan {
-    pub version: Version,
-    pub split_k: usize,
-}
-
-/// How every GEMM of the model runs: per layer and [`Product`], for a training step's rows and
-/// for an evaluation's.
-type Plans = [Vec<[Plan; 3]>; 2];
-
-/// The shallowest weight gradient that takes a `wgmma` product and a separate `sgd_update` where
-/// the PTX has `wgmma`, rather than an `mma.sync` product with the step in its epilogue. From
-/// here the product's mainloop, which `wgmma` runs about twice as fast, outweighs the gradient's
-/// round trip through memory; at K = 128 the step's traffic dominates and fusing it wins
-/// (`docs/layered.md` has the epochs of both, `host mnist --layered` on an H200).
-const SEPARATE_STEP_MIN_K: usize = 1024;
-
-/// The plan of a weight gradient of usage `gradient` (which steps on a training step's rows): at
-/// `SEPARATE_STEP_MIN_K` rows or more, a `wgmma` plan without the step where the host would
-/// choose one, the step then a launch of its own ([`Mlp::weight_gradient`]).
-fn gradient_plan(
-    dw: &Problem,
-    gradient: Usage,
-    plan: impl Fn(&Problem, Usage) -> Result<Plan>,
-) -> Result<Plan> {
-    if gradient.steps && dw.k >= SEPARATE_STEP_MIN_K {
-        let apart = Usage {
-            beside: gradient.beside,
-            ..Usage::aligned(dw.lda, dw.ldb)
-        };
-        let p = plan(dw, apart)?;
-        if matches!(p.version, Version::Tensor(c, _) if c.is_wgmma()) {
-            return Ok(p);
-        }
-    }
-    plan(dw, gradient)
-}
-
-/// Every layer's GEMM plans (indexed by [`Product`]) for a training step's rows and for an
-/// evaluation's, `rows`, and the split-K workspace they need on the GPU's stream and beside it.
-fn plan_gemms(
-    gpu: &Gpu,
-    sizes: &[usize],
-    rows: [usize; 2],
-    acc: Accum,
-    config: Option<Version>,
-) -> Result<(Plans, [usize; 2])> {
-    let plan = |p: &Problem, usage: Usage| -> Result<Plan> {
-        Ok(match config {
-            Some(version) => Plan {
-                version,
-                split_k: 1,
-            },
-            None => {
-                let (version, split_k) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, acc)?;
-                Plan { version, split_k }
-            }
-        })
-    };
-    let mut plans: Plans = [Vec::new(), Vec::new()];
-    // Workspace lengths on the GPU's stream and beside it (weight gradients of training
-    // steps).
-    let mut ws_len = [0, 0];
-    for (slot, r) in rows.into_iter().enumerate() {
-        for l in 0..sizes.len() - 1 {
-            let problems = Product::ALL.map(|p| layer::problem(sizes, l, p, r));
-            let beside = slot == 0 && weight_gradient_beside(l);
-            // A training step's weight gradients take their SGD step in the epilogue, or
-            // from `SEPARATE_STEP_MIN_K` rows maybe right after it (`gradient_plan`; on one
-            // GPU: replicas of a data-parallel run step after the all-reduce, and keep the
-            // plan).
-            let gradient = Usage {
-                beside,
-                steps: slot == 0,
-                ..Usage::default()
-            };
-            // The forward reads the layer's input and W, the input gradient the output
-            // gradient's padded rows and W.
-            let [fwd, dw, dx] = problems;
-            let p = [
-                plan(&fwd, Usage::aligned(fwd.lda, fwd.ldb))?,
-                gradient_plan(&dw, gradient, plan)?,
-                plan(&dx, Usage::aligned(dx.lda, dx.ldb))?,
-            ];
-            for (product, (q, prob)) in Product::ALL.into_iter().zip(p.iter().zip(problems)) {
-                let prob = Problem {
-                    split_k: q.split_k,
-                    ..prob
-                };
-                let on = usize::from(product == Product::WeightGradient && beside);
-                ws_len[on] = ws_len[on].max(gemm::workspace_len(q.version, &prob));
-            }
-            plans[slot].push(p);
-        }
-    }
-    Ok((plans, ws_len))
 }
 
 impl<'g> Mlp<'g> {
@@ -444,7 +340,8 @@ impl<'g> Mlp<'g> {
 
     /// Queues layer `l`'s weight gradient `dW = dᵀ · input` (M = out, N = in, K = rows), or
     /// with `step` its SGD step, on `on`: a stream and its split-K workspace. The step is in the
-    /// GEMM's epilogue where its version takes one, else an `sgd_update` after it on `on`.
+    /// GEMM's epilogue where its version takes one and it does not run apart ([`steps_apart`]),
+    /// else an `sgd_update` after it on `on`.
     fn weight_gradient(
         &self,
         on: (&CudaStream, u64),
@@ -455,7 +352,9 @@ impl<'g> Mlp<'g> {
     ) -> Result<()> {
         let w = self.offsets[l].0;
         let plan = self.plan(Product::WeightGradient, l, rows);
-        let fused = step.filter(|_| plan.version.takes_sgd_step());
+        let layout = Product::WeightGradient.layout();
+        let fused = step
+            .filter(|_| plan.version.takes_sgd_step(layout) && !steps_apart(plan.version, rows));
         let (c, sgd) = self.gradient_of(w, fused);
         let ptrs = Ptrs {
             a: self.grads[l].ptr,

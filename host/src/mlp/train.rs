@@ -299,8 +299,9 @@ impl<'a> Trainer<'a> {
             momentum: o.momentum,
         };
         // On one GPU every parameter takes its step in the kernel that makes its gradient, or
-        // (a weight gradient on a version that takes no step) a launch right after it; replicas
-        // store their gradients, sum them, then step.
+        // (a weight gradient whose step runs apart, `plans::steps_apart`, or on a version that
+        // takes none) a launch right after it; replicas store their gradients, sum them, then
+        // step.
         if let (Some(comm), Some(reduction)) = (self.comm, &self.reduction) {
             model.loss(b.yb.ptr, rows, grad_scale, sums, b.step.ptr, None)?;
             return reduction.backward_and_step(model, comm, (b.xb.ptr, rows), step);
