@@ -112,12 +112,12 @@ pub fn gemm<
     }
     sync_threads();
     let walk = Walk::new(&p, (bm as u32, BN as u32));
-    let steps = p.k.div_ceil(BK as u32);
+    let k_steps = p.k.div_ceil(BK as u32);
     let wg = thread_x() / 128;
     if wg == 2 {
         setmaxnreg_dec::<{ PING_PONG_REGISTERS.producer }>();
         if thread_x() == 256 {
-            produce::<STAGES, A_MN, B_MN>(ring, walk, (bm as u32, BN as u32), steps, maps);
+            produce::<STAGES, A_MN, B_MN>(ring, walk, (bm as u32, BN as u32), k_steps, maps);
         }
         return;
     }
@@ -133,7 +133,7 @@ pub fn gemm<
         }
         let next = walk.tile(i + 1).is_some();
         let turn = next.then_some(TURN + (1 - wg));
-        let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * steps, steps), turn);
+        let acc = mainloop::<A, BN, MI, STAGES, A_MN, B_MN>(ring, (i * k_steps, k_steps), turn);
         let at = (tm * bm as u32, tn * BN as u32);
         let turns = (i > 0, next);
         epilogue::<A, BN, MI, AREAS, STEP>(&p, &acc, (area, at, (wg, lane), map_c), turns);
@@ -152,14 +152,14 @@ fn produce<const STAGES: usize, const A_MN: bool, const B_MN: bool>(
     ring: Ring<STAGES>,
     walk: Walk,
     (bm, bn): (u32, u32),
-    steps: u32,
+    k_steps: u32,
     maps: *const u8,
 ) {
     let (map_a, map_b) = (maps, unsafe { maps.add(MAP_BYTES) });
     let mut g = 0;
     let mut i = 0;
     while let Some((tm, tn)) = walk.tile(i) {
-        for kt in 0..steps {
+        for kt in 0..k_steps {
             let (s, parity) = Ring::<STAGES>::slot(g);
             if g >= STAGES as u32 {
                 mbar_wait::<false>(ring.empty(s), parity ^ 1);
@@ -190,12 +190,12 @@ fn mainloop<
     const B_MN: bool,
 >(
     ring: Ring<STAGES>,
-    (g0, steps): (u32, u32),
+    (g0, k_steps): (u32, u32),
     next: Option<u32>,
 ) -> [A; MI] {
     let lane = thread_x() % 128;
     let mut acc = [A::ZERO; MI];
-    for g in g0..g0 + steps {
+    for g in g0..g0 + k_steps {
         k_step::<A, MI, STAGES, A_MN, B_MN>(ring, g, 0, &mut acc);
         wgmma_wait::<1>();
         if g > g0 && lane == 0 {
@@ -207,7 +207,7 @@ fn mainloop<
     }
     wgmma_wait::<0>();
     if lane == 0 {
-        release::<1>(ring.empty(Ring::<STAGES>::slot(g0 + steps - 1).0), 0);
+        release::<1>(ring.empty(Ring::<STAGES>::slot(g0 + k_steps - 1).0), 0);
     }
     acc
 }
@@ -268,7 +268,9 @@ fn epilogue<
 /// Exports `gemm_<config>_<layout>_<acc>` and `gemm_<config>_tn_<acc>_step` for every
 /// ping-pong row of `tile_configs!` and accumulator of its row, as
 /// [`export_warpgroup!`](super::warpgroup) does for the `wgmma` rows (this module is built into
-/// sm_90a PTX alone): each warpgroup's tile `bm`×`bn`, `st` stages.
+/// sm_90a PTX alone): each warpgroup's tile `bm`×`bn`, `st` stages. The host's choice takes no
+/// ping-pong row for a step (their one wave of blocks an SM is held up beside the backward
+/// pass, as the larger `wgmma` tiles' is); `--config` runs their step kernels.
 macro_rules! export_ping_pong {
     ($(($name:ident, $bm:expr, $bn:expr, $bk:expr, $wm:expr, $wn:expr, $im:expr, $in:expr, $ik:expr,
         $st:expr, $cm:expr, $mainloop:ident, [$($acc:ident)*]),)*) => {$(

@@ -58,8 +58,8 @@ pub(super) fn positive(h: u16) -> bool {
 /// Outputs (i, j) and (i, j+1) through [`output`], skipping what lies outside C, as one
 /// 4-byte store where both lie inside and the pair is aligned. The tensor-core rungs' edge
 /// stores: `wgmma` kernels inline it (they keep no calls), `mma.sync` ones call it out of line.
-/// It takes no SGD step: the tensor-core rungs step from a staged tile (`sgd.rs`), whose
-/// quads move as 16-byte vectors.
+/// It takes no SGD step: the tile rungs step from a staged tile (`sgd.rs`), whose quads move
+/// as 16-byte vectors.
 #[inline(always)]
 pub fn store_pair(p: &Args, i: u32, j: u32, v0: f32, v1: f32) {
     if i >= p.m || j >= p.n {

@@ -235,15 +235,15 @@ fn consume<
     map_c: *const u8,
 ) {
     let (wg, lane) = (thread_x() / 128, thread_x() % 128);
-    let steps = p.k.div_ceil(BK as u32);
+    let k_steps = p.k.div_ceil(BK as u32);
     if STEP {
-        // SAFETY: the host launches no product with K = 0 (`Problem::validate`). Told so,
+        // SAFETY: the host launches no product with K = 0 (`Problem::ensure_positive`). Told so,
         // the compiler keeps one path to the step, through the mainloop: a second one,
         // holding the zeroed accumulators, makes ptxas serialise the `wgmma` (C7515).
-        unsafe { core::hint::assert_unchecked(steps > 0) };
+        unsafe { core::hint::assert_unchecked(k_steps > 0) };
     }
     let mut acc = [A::ZERO; MI];
-    for kt in 0..steps {
+    for kt in 0..k_steps {
         k_step::<A, MI, STAGES, A_MN, B_MN>(ring, kt, wg * MI as u32, &mut acc);
         wgmma_wait::<1>();
         if kt > 0 && lane < CM as u32 {

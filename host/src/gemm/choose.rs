@@ -5,7 +5,7 @@ use super::version::Version;
 use crate::cuda::Gpu;
 use anyhow::Result;
 use cudarc::driver::sys::CUfunction_attribute;
-use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig};
+use gpu::gemm::{Accum, Layout, TILE_CONFIGS, TileConfig, WGMMA_STEP_LAYOUT};
 
 /// The deepest product without an SGD step that runs in one K slice: eight K steps of 64.
 /// A split saves fewer K steps than its reduction, a kernel of about 2.5 µs in the chain,
@@ -115,10 +115,10 @@ pub fn choose_config(
 /// The `wgmma` configuration for an M×N×K product, where the PTX holds them (sm_90a) and K
 /// fills a K step of 64: among the tiles whose blocks leave at most an eighth of the SMs
 /// without one, those of which two blocks fit an SM at once ([`two_an_sm`]), then the largest.
-/// A product that steps is timed by its step kernel's registers, which leave two blocks an SM
-/// to the 64×64 tile alone: alone on the GPU the larger tiles step `mlp4096b512.dw1` faster (18
-/// µs on 128×256 against 23), but in the layered step, where other kernels run beside it,
-/// their one wave is held up (784-4096-10 at batch 512: 7.94 ms an epoch against 7.62–7.67).
+/// A product that steps is weighed by its step kernel's registers, which leave two blocks an
+/// SM to the 64×64 tile alone: alone on the GPU the larger tiles step `mlp4096b512.dw1` faster
+/// (18 µs on 128×256 against 23), but in the layered step, where other kernels run beside it,
+/// their one wave is held up (784-4096-10 at batch 512: 7.94 ms an epoch against 7.57–7.59).
 /// A warpgroup block computes its tile several times as fast as `mma.sync` blocks on the same
 /// SM, so its tiles need not give every SM a block as `mma.sync` ones do (measured in
 /// `docs/gemm.md`, "64-wide warpgroup tiles"). Two blocks an SM overlap one's fill and
@@ -153,7 +153,8 @@ fn choose_wgmma(
 /// their copy descriptors), or where the product `steps` its SGD step kernel: the registers of
 /// fp32 accumulators, or of the step's loads, can allow one where the shared memory allows two.
 fn two_an_sm(gpu: &Gpu, c: &'static TileConfig, acc: Accum, steps: bool) -> Result<bool> {
-    let f = gpu.function(&Version::Tensor(c, acc).kernel_for(Layout::NT, steps))?;
+    let layout = if steps { WGMMA_STEP_LAYOUT } else { Layout::NT };
+    let f = gpu.function(&Version::Tensor(c, acc).kernel_for(layout, steps))?;
     let smem = c.smem_bytes();
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

@@ -13,7 +13,9 @@ const SHALLOW_STEP_MIN_K: usize = 1024;
 pub struct Usage {
     /// Another kernel runs at the same time, on another stream.
     pub beside: bool,
-    /// The epilogue takes an SGD step ([`Problem::sgd`](super::Problem::sgd)).
+    /// The epilogue takes an SGD step ([`Problem::sgd`](super::Problem::sgd)): a weight
+    /// gradient's, whose layout ([`WGMMA_STEP_LAYOUT`](gpu::gemm::WGMMA_STEP_LAYOUT)) is the one
+    /// the `wgmma` rows step in.
     pub steps: bool,
     /// A's and B's rows start 16-byte aligned (leading dimensions of multiples of 8 elements,
     /// from aligned addresses), so that the copy engine can read them for the `wgmma` rungs.

@@ -42,10 +42,13 @@ impl Version {
     }
 
     /// The kernel for a product in `layout`, which takes its SGD step where `steps`: the
-    /// `wgmma` rows' step is a kernel of its own, the others' a branch of the one kernel.
+    /// `wgmma` rows' step is a kernel of its own, for [`WGMMA_STEP_LAYOUT`] alone
+    /// ([`Version::takes_sgd_step`]), the others' a branch of the one kernel.
     pub fn kernel_for(&self, layout: Layout, steps: bool) -> String {
         match *self {
-            Version::Tensor(c, acc) if steps && c.is_wgmma() => wgmma_step_kernel(c, acc),
+            Version::Tensor(c, acc) if steps && c.is_wgmma() && layout == WGMMA_STEP_LAYOUT => {
+                wgmma_step_kernel(c, acc)
+            }
             _ => self.kernel(layout),
         }
     }
@@ -99,10 +102,11 @@ impl Version {
         }
     }
 
-    /// [`Version::smem_bytes`] for a problem: a tensor-core kernel's SGD epilogue may stage more.
+    /// [`Version::smem_bytes`] for a problem: an `mma.sync` kernel's SGD epilogue may stage more
+    /// (a `wgmma` step kernel stages in its ring).
     pub fn smem_bytes_for(&self, p: &Problem) -> usize {
         match self {
-            Version::Tensor(c, _) if p.sgd.is_some() => c.smem_bytes_stepping(),
+            Version::Tensor(c, _) if p.sgd.is_some() && !c.is_wgmma() => c.smem_bytes_stepping(),
             _ => self.smem_bytes(),
         }
     }

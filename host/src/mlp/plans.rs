@@ -119,3 +119,49 @@ pub(super) fn plan_gemms(
     }
     Ok((plans, ws_len))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::gemm::{Layout, TILE_CONFIGS};
+
+    fn version(wgmma: bool) -> Version {
+        let c = TILE_CONFIGS.iter().find(|c| c.is_wgmma() == wgmma).unwrap();
+        Version::Tensor(c, Accum::F16)
+    }
+
+    #[test]
+    fn a_wgmma_weight_gradient_steps_apart_from_the_separate_depth() {
+        assert!(steps_apart(version(true), SEPARATE_STEP_MIN_K));
+        assert!(!steps_apart(version(true), SEPARATE_STEP_MIN_K / 2));
+        assert!(!steps_apart(version(false), 4 * SEPARATE_STEP_MIN_K));
+    }
+
+    /// From the separate depth a stepping weight gradient takes the plan without its step
+    /// where that is a `wgmma` one, else the stepping plan; shallower, or without a step, the
+    /// plan of its own usage.
+    #[test]
+    fn a_deep_weight_gradient_plans_its_product_without_the_step() {
+        let plan = |wgmma_apart: bool| {
+            move |_: &Problem, u: Usage| -> Result<Plan> {
+                Ok(Plan {
+                    version: version(!u.steps && wgmma_apart),
+                    split_k: 1,
+                })
+            }
+        };
+        let steps = Usage {
+            steps: true,
+            ..Usage::default()
+        };
+        let dw = |k| Problem::new(4096, 784, k, Layout::TN);
+        let chosen = |k, usage, wgmma_apart| {
+            let p = gradient_plan(&dw(k), usage, plan(wgmma_apart)).unwrap();
+            matches!(p.version, Version::Tensor(c, _) if c.is_wgmma())
+        };
+        assert!(chosen(SEPARATE_STEP_MIN_K, steps, true));
+        assert!(!chosen(SEPARATE_STEP_MIN_K / 2, steps, true));
+        assert!(!chosen(SEPARATE_STEP_MIN_K, steps, false));
+        assert!(chosen(SEPARATE_STEP_MIN_K, Usage::default(), true));
+    }
+}
