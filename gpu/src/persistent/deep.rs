@@ -38,12 +38,12 @@ use super::*;
 /// past the last), the layout's and the scratch's argument.
 pub type Widths = [usize; MAX_LAYERS + 1];
 
-/// The widths of `args`' input and hidden layers.
+/// The widths of `args`' input and its `L` hidden layers (the kernel's: `args.layers`).
 #[inline(always)]
-pub const fn widths_of(args: &Params) -> Widths {
+pub const fn widths_of<const L: usize>(args: &Params) -> Widths {
     let mut w = [0; MAX_LAYERS + 1];
     let mut l = 0;
-    while l <= args.layers as usize {
+    while l <= L {
         w[l] = args.widths[l] as usize;
         l += 1;
     }

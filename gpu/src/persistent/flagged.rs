@@ -8,7 +8,7 @@
 //! no line carries a reader's flag before its writer has stored it. A writer overwrites a line
 //! only after every reader of its last value has passed a later grid barrier (the caller's
 //! rule), so a reader never finds a newer step's flag where it waits for its own.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[cfg(target_arch = "nvptx64")]
 pub use kernel::Flagged;
 
 /// 32-bit words of a plane of `rows` rows of `width` fp16 as flagged lines (a 16-byte line for
@@ -17,8 +17,8 @@ pub const fn plane_words(rows: usize, width: usize) -> usize {
     rows * width / 4 * 4
 }
 
-// Its one user, the layer engine, needs sm_80 PTX on.
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+// Its one user, the layer engine, has kernels from sm_80 PTX on.
+#[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::super::THREADS;
     use crate::arch::*;

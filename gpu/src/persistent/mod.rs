@@ -1,6 +1,6 @@
 //! A one-hidden-layer MLP trained by one persistent kernel: batch fetch, forward, softmax
 //! cross-entropy, backward and the SGD update of many consecutive steps run inside one launch.
-//! (The layer engine, `layers`, runs these phases once per hidden layer of deeper MLPs.)
+//! (The same step loop, `layers`, runs these phases once per hidden layer of deeper MLPs.)
 //!
 //! Why: at MNIST size (784-128-10, batch 128) a step is about 50 MFLOP, a few microseconds of
 //! tensor-core work, while a step of a dozen dependent kernels spends most of its time launching
@@ -53,13 +53,14 @@
 //! table, [`persistent_variants!`](crate::persistent_variants) in `variant`: the kernels are
 //! exported from it, each reading its row as constants, and the host chooses among its rows.
 //!
-//! The step is a sequence of phases, one file each (`train` calls them in order): `fetch`
+//! The step is a sequence of phases, one file each (`layers::train` calls them in order): `fetch`
 //! (the next batch), `forward`, `logits` (the partial logits and their exchange at the grid
 //! barrier), `softmax` (cross-entropy and the gradient of the logits), `backward` (dH, db1,
 //! dW2 and db2, dW1), `exchange` (the block's shares to its partner and the partner's back),
 //! `update` (SGD). They share one `Block` (`context`): the block's role, its regions of
 //! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
-//! launch, `smem` lays out shared memory, `shuffle` is the kernel that orders an epoch's rows.
+//! launch, `smem` lays out shared memory, `stack` holds the layers of a launch, `export` the
+//! kernels, `shuffle` is the kernel that orders an epoch's rows.
 //!
 //! Where not even one batch buffer fits a block's shared memory (at MNIST's batch of 128, GPUs
 //! with 99 KiB a block or less), the *streamed* kernels (`stream`) hold no whole batch: the block's
@@ -304,13 +305,18 @@ mod update;
 #[cfg(target_arch = "nvptx64")]
 mod weights;
 
-// The step loops, each apart from the types above that every phase shares: one hidden layer
-// (and the kernels' exports), several (`layers`), and W1's state in global memory (`offchip`).
+#[cfg(target_arch = "nvptx64")]
+mod between;
+#[cfg(target_arch = "nvptx64")]
+mod plane;
+#[cfg(target_arch = "nvptx64")]
+mod stack;
+
+// The step loops, each apart from the types above that every phase shares: one to four
+// hidden layers (`layers`), and W1's state in global memory (`offchip`); and the kernels'
+// exports, each to its loop.
 #[cfg(target_arch = "nvptx64")]
 #[rustfmt::skip::macros(export)]
-mod one_layer;
-// The layer engine needs `cp.async` (sm_80 on).
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+mod export;
+#[cfg(target_arch = "nvptx64")]
 mod layers;
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-mod plane;

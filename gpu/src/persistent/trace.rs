@@ -10,7 +10,8 @@
 #[cfg(target_arch = "nvptx64")]
 use super::Params;
 
-/// The one-layer loop's phases (`one_layer::train`).
+/// The phases of `layers::train` with one hidden layer, whose last layer's shares are marked
+/// apart.
 pub const ONE_LAYER: &[&str] = &[
     "batch and W1 wait",
     "forward",
@@ -25,7 +26,7 @@ pub const ONE_LAYER: &[&str] = &[
     "update",
 ];
 
-/// The layer engine's phases (`layers::train`) with two, three and four hidden layers; a
+/// The phases of `layers::train` with two, three and four hidden layers; a
 /// shadow block of a layer marks its phases of that layer as it passes them.
 pub const TWO_LAYERS: &[&str] = &[
     "W publish, batch wait",
