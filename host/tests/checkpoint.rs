@@ -35,16 +35,16 @@ fn a_deep_checkpoint_scores_the_same_in_pytorch() {
     }
     let g = Gpu::new(0).expect("this test needs a CUDA GPU");
     let path = std::env::temp_dir().join(format!("deep-{}.safetensors", std::process::id()));
-    // Two hidden layers, the second narrower than any tile.
+    // Three hidden layers (the layer engine on Hopper), the last narrower than any tile.
     let o = Options {
-        hidden: vec![96, 40],
+        hidden: vec![96, 48, 40],
         save: Some(path.clone()),
         ..one_epoch()
     };
     let ours = 100.0 * train(&g, &o, &mnist()).unwrap()[0].test_accuracy;
     let out = eval_checkpoint()
         .arg(&path)
-        .args(["--hidden", "96,40", "--expect", &format!("{ours:.2}")])
+        .args(["--hidden", "96,48,40", "--expect", &format!("{ours:.2}")])
         .arg("--data")
         .arg(host::mnist::default_dir())
         .output()
@@ -62,7 +62,7 @@ fn a_deep_checkpoint_scores_the_same_in_pytorch() {
     train(&g, &o, &mnist()).unwrap();
     let wrong = eval_checkpoint()
         .arg(&path)
-        .args(["--hidden", "96,40"])
+        .args(["--hidden", "96,48,40"])
         .arg("--data")
         .arg(host::mnist::default_dir())
         .output()
@@ -70,7 +70,8 @@ fn a_deep_checkpoint_scores_the_same_in_pytorch() {
     std::fs::remove_file(&path).unwrap();
     let said = String::from_utf8_lossy(&wrong.stderr);
     assert!(!wrong.status.success());
-    // PyTorch's strict load names what does not match: fc3 is missing, fc1 of another shape.
+    // PyTorch's strict load names what does not match: fc3 and fc4 are missing, fc1 is of
+    // another shape.
     assert!(
         said.contains("Missing key") || said.contains("size mismatch"),
         "{said}"
