@@ -70,8 +70,8 @@ fn a_deep_checkpoint_scores_the_same_in_pytorch() {
     std::fs::remove_file(&path).unwrap();
     let said = String::from_utf8_lossy(&wrong.stderr);
     assert!(!wrong.status.success());
-    // PyTorch's strict load names what does not match: fc3 and fc4 are missing, fc1 is of
-    // another shape.
+    // PyTorch's strict load names what does not match: fc3 and fc4 are missing, fc1 and fc2
+    // are of other shapes.
     assert!(
         said.contains("Missing key") || said.contains("size mismatch"),
         "{said}"

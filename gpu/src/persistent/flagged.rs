@@ -17,7 +17,6 @@ pub const fn plane_words(rows: usize, width: usize) -> usize {
     rows * width / 4 * 4
 }
 
-// Its one user, the layer engine, has kernels from sm_80 PTX on.
 #[cfg(target_arch = "nvptx64")]
 mod kernel {
     use super::super::THREADS;

@@ -123,24 +123,30 @@ pub unsafe fn train<
         t.mark();
         let h0 = forward::hidden::<A, F, T, N, O, TILES_PER_WARP>(b0, s0, &mut ring, &w.first);
         t.mark();
+        // The next batch into the first layer's buffer, from the first receive the block runs
+        // past that layer's dW shares, its last reader: with several layers, that of the
+        // topmost layer it owns, so the copy overlaps the exchanges and updates that follow.
+        let mut refilled = ring_fed;
+        let mut refill = || {
+            if !refilled {
+                fetch::after_dw1(b0, s0, &mut copies);
+                refilled = true;
+            }
+        };
         let (dw0, db0, out0) = if L == 1 {
             last_layer::<A, F, P, T, N, O, TILES_PER_WARP>((b0, s0), &h0, &mut ring, &mut t, None)
         } else {
-            let at = (&shared, &mut w.later);
+            let at = (&shared, &mut w.later, &mut refill);
             later_layers::<A, F, P, T, N, O, L, K>((&bs, &ss), &mut ring, h0, at, &mut t)
         };
-        let sums0 = exchange::receive::<A, P, N, O, TILES_PER_WARP>(b0, s0, (&dw0, db0), || {
-            if !ring_fed {
-                fetch::after_dw1(b0, s0, &mut copies);
-            }
-        });
+        let sums0 = exchange::receive::<A, P, N, O, TILES_PER_WARP>(b0, s0, (&dw0, db0), refill);
         if L == 1 {
             t.mark();
             softmax::record_loss::<F>(b0, s0);
         }
         update::sgd_step(b0, s0, &mut w.first, &sums0, &out0);
         // A warp barrier where each warp's next forward reads only W1 rows it updated itself.
-        if L == 1 && forward::reads_own_w1_rows::<A>(ring_fed, T) {
+        if const { L == 1 && forward::reads_own_w1_rows::<A>(F::V.ring(), T) } {
             sync_warp();
         } else {
             sync_threads();
@@ -155,8 +161,8 @@ pub unsafe fn train<
 /// Past the first layer's forward (`h0`), the step of a model of several layers up to the
 /// first layer's shares: H1 published, every later layer's forward (the last one's through
 /// its shares), the input gradients down to the first layer with each layer's shares, then
-/// every later layer's exchange and update (`later`, its W state). Returns the first layer's
-/// shares.
+/// every later layer's exchange and update (`later`, its W state; the first exchange also
+/// runs `refill`). Returns the first layer's shares.
 #[inline(always)]
 #[allow(clippy::type_complexity)]
 fn later_layers<
@@ -172,7 +178,11 @@ fn later_layers<
     (bs, ss): (&[Block; L], &[Step; L]),
     ring: &mut Ring,
     h0: [[f32; 4]; N],
-    (shared, later): (&Shared, &mut [W1<O, F, K>; MAX_LAYERS - 1]),
+    (shared, later, refill): (
+        &Shared,
+        &mut [W1<O, F, K>; MAX_LAYERS - 1],
+        &mut impl FnMut(),
+    ),
     t: &mut Trace,
 ) -> Shares<A, O, TILES_PER_WARP> {
     // The tile warps' rows of H before other warps publish them.
@@ -190,7 +200,7 @@ fn later_layers<
         if l < L {
             if let Some((dw, db, out)) = shares[l].take() {
                 let (b, s) = (&bs[l], &ss[l]);
-                let sums = exchange::receive::<A, P, N, O, K>(b, s, (&dw, db), || {});
+                let sums = exchange::receive::<A, P, N, O, K>(b, s, (&dw, db), &mut *refill);
                 if l == L - 1 {
                     softmax::record_loss::<F>(b, s);
                 }
@@ -332,9 +342,7 @@ fn last_layer<
     logits::exchange(b, s);
     t.mark();
     let part = softmax::cross_entropy::<F>(b, s);
-    if apart {
-        t.mark();
-    }
+    t.mark_if(apart);
     backward::hidden_grad(b, h);
     if let Some((shared, l)) = below {
         shared.grad(l).publish(b, b.dh(0), b.j0, s.k);
@@ -342,18 +350,12 @@ fn last_layer<
     }
     let out = Outbox::new::<P>(b);
     let db = backward::bias_share::<T, N>(b, &out);
-    if apart {
-        t.mark();
-    }
+    t.mark_if(apart);
     backward::output_grads::<T, N>(b, &out);
-    if apart {
-        t.mark();
-    }
+    t.mark_if(apart);
     let send = |theirs: &_| out.send_dw1(b, theirs, b.peer0);
     let dw = backward::dw1_shares::<A, F, T, N, O, K>(b, s, ring, send);
-    if apart {
-        t.mark();
-    }
+    t.mark_if(apart);
     softmax::loss_sums::<F>(b, part);
     t.mark();
     (dw, db, out)

@@ -59,8 +59,9 @@
 //! dW2 and db2, dW1), `exchange` (the block's shares to its partner and the partner's back),
 //! `update` (SGD). They share one `Block` (`context`): the block's role, its regions of
 //! shared memory and the launch's parameters. `weights` brings the parameters in and out of the
-//! launch, `smem` lays out shared memory, `stack` holds the layers of a launch, `export` the
-//! kernels, `shuffle` is the kernel that orders an epoch's rows.
+//! launch, `smem` lays out shared memory, `stack` holds the layers of a launch, `between` what
+//! passes between them, `export` the kernels, `shuffle` is the kernel that orders an epoch's
+//! rows.
 //!
 //! Where not even one batch buffer fits a block's shared memory (at MNIST's batch of 128, GPUs
 //! with 99 KiB a block or less), the *streamed* kernels (`stream`) hold no whole batch: the block's
@@ -285,13 +286,6 @@ mod fetch;
 mod forward;
 #[cfg(target_arch = "nvptx64")]
 mod logits;
-// The offchip kernel is Hopper's alone.
-#[cfg(all(
-    target_arch = "nvptx64",
-    target_feature = "sm_90",
-    target_feature = "ptx81"
-))]
-mod offchip;
 #[cfg(target_arch = "nvptx64")]
 mod owners;
 #[cfg(target_arch = "nvptx64")]
@@ -320,3 +314,10 @@ mod stack;
 mod export;
 #[cfg(target_arch = "nvptx64")]
 mod layers;
+// The offchip kernel is Hopper's alone.
+#[cfg(all(
+    target_arch = "nvptx64",
+    target_feature = "sm_90",
+    target_feature = "ptx81"
+))]
+mod offchip;

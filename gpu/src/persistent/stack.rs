@@ -23,8 +23,8 @@ pub(super) use each;
 const _: () = assert!(MAX_LAYERS == 4, "each! lists the layers 0..4");
 
 /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
-/// meetings' counters from [`meetings_at`]) and where the block stages W's columns. Unused,
-/// and so never computed, with one layer.
+/// meetings' counters from [`meetings_at`]) and where the block stages W's columns. With one
+/// layer nothing reads it, and the optimiser drops its arithmetic.
 #[derive(Clone, Copy)]
 pub struct Shared {
     base: *mut u32,

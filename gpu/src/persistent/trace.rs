@@ -27,7 +27,8 @@ pub const ONE_LAYER: &[&str] = &[
 ];
 
 /// The phases of `layers::train` with two, three and four hidden layers; a
-/// shadow block of a layer marks its phases of that layer as it passes them.
+/// shadow block of a layer marks its phases of that layer as it passes them (and refills the
+/// batch buffer in the first receive it runs).
 pub const TWO_LAYERS: &[&str] = &[
     "W publish, batch wait",
     "L1 forward",
@@ -39,8 +40,8 @@ pub const TWO_LAYERS: &[&str] = &[
     "L2 shares",
     "dH1 (gathers dZ2, W2)",
     "L1 shares",
-    "L2 receive, update",
-    "L1 receive, update, refill",
+    "L2 receive, refill, update",
+    "L1 receive, update",
 ];
 pub const THREE_LAYERS: &[&str] = &[
     "W publish, batch wait",
@@ -57,9 +58,9 @@ pub const THREE_LAYERS: &[&str] = &[
     "dZ2 publish, L2 shares",
     "dH1 (gathers dZ2, W2)",
     "L1 shares",
-    "L3 receive, update",
+    "L3 receive, refill, update",
     "L2 receive, update",
-    "L1 receive, update, refill",
+    "L1 receive, update",
 ];
 pub const FOUR_LAYERS: &[&str] = &[
     "W publish, batch wait",
@@ -80,10 +81,10 @@ pub const FOUR_LAYERS: &[&str] = &[
     "dZ2 publish, L2 shares",
     "dH1 (gathers dZ2, W2)",
     "L1 shares",
-    "L4 receive, update",
+    "L4 receive, refill, update",
     "L3 receive, update",
     "L2 receive, update",
-    "L1 receive, update, refill",
+    "L1 receive, update",
 ];
 
 /// The offchip loop's phases (`offchip::train`).
@@ -170,6 +171,14 @@ impl Trace {
                 *self.at = crate::arch::global_timer();
                 self.at = self.at.add(1);
             }
+        }
+    }
+
+    /// Marks the end of the next phase where `phase` says the loop marks it apart.
+    #[inline(always)]
+    pub fn mark_if(&mut self, phase: bool) {
+        if phase {
+            self.mark();
         }
     }
 
