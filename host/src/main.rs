@@ -233,7 +233,10 @@ fn gemm(gpu: &Gpu, t: &GemmTable) -> Result<()> {
         (&t.versions, &t.splits),
         &t.entries,
         t.simt_max,
-        budget,
+        gemm_bench::Timing {
+            budget_ms: budget,
+            alternate: t.tune,
+        },
         &mut std::io::stdout(),
     )?;
     if let Some(path) = &t.csv {

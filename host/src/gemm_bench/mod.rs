@@ -13,6 +13,7 @@ use crate::cuda::{Gpu, dptr};
 use crate::gemm::{self, Problem, Ptrs, Usage, Version};
 use anyhow::{Context, Result, ensure};
 use cublas::Cublas;
+use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use gpu::gemm::{Accum, ROOF_CHAINS};
 use half::f16;
@@ -36,12 +37,23 @@ pub struct Row {
     pub ok: bool,
     /// The host's own choice for this shape (`gemm::choose_version`).
     pub chosen: bool,
+    /// Timed again in alternation with the shape's other close rows and cuBLAS (`--tune`): its
+    /// time is the median of those rounds, comparable with theirs and not with a single pass.
+    pub alternated: bool,
 }
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f16> {
     (0..n)
         .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
         .collect()
+}
+
+/// How long each row is timed, and whether the close rows of each shape are timed again in
+/// alternation (`--tune`, whose ranking a single pass would leave to noise).
+#[derive(Clone, Copy)]
+pub struct Timing {
+    pub budget_ms: f64,
+    pub alternate: bool,
 }
 
 /// Calls captured in the CUDA graph that one sample replays (see [`time_ms`]).
@@ -125,7 +137,7 @@ pub enum Versions {
     Choice,
 }
 
-/// Runs the table, timing each row for about `budget_ms`. SIMT versions skip squares above
+/// Runs the table, timing each row as `timing` says. SIMT versions skip squares above
 /// `simt_max` (they would take minutes and teach nothing more). Every `mma.sync` version also
 /// runs with K split over each of `splits`.
 pub fn run(
@@ -133,7 +145,7 @@ pub fn run(
     (versions, splits): (&Versions, &[usize]),
     entries: &[Entry],
     simt_max: usize,
-    budget_ms: f64,
+    timing: Timing,
     out: &mut dyn Write,
 ) -> Result<Vec<Row>> {
     let bench = Bench {
@@ -144,7 +156,8 @@ pub fn run(
             Versions::Choice => Vec::new(),
         },
         simt_max,
-        budget_ms,
+        budget_ms: timing.budget_ms,
+        alternate: timing.alternate,
         splits: splits.to_vec(),
     };
     let mut rng = StdRng::seed_from_u64(7);
@@ -169,6 +182,8 @@ struct Bench {
     versions: Vec<Version>,
     simt_max: usize,
     budget_ms: f64,
+    /// Whether each shape's close tile rows are timed again in alternation.
+    alternate: bool,
     /// K splits each `mma.sync` version also runs with.
     splits: Vec<usize>,
 }
@@ -213,8 +228,8 @@ fn shape_rows(
     }
 
     // `v` over `split` K slices (1: unsplit; more only on tensor-core `mma.sync` versions):
-    // the row's name, time and check.
-    let run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
+    // its problem, pointers and split-K workspace (held while they are used).
+    let prepare = |v: Version, split: usize| {
         let sp = Problem {
             split_k: split,
             ..p
@@ -224,6 +239,11 @@ fn shape_rows(
             ws: dptr(&ws, &gpu.stream),
             ..ptrs
         };
+        Ok::<_, anyhow::Error>((sp, ptrs, ws))
+    };
+    // The row's name, time and check.
+    let run = |v: Version, split: usize| -> Result<(String, f64, Check)> {
+        let (sp, ptrs, _ws) = prepare(v, split)?;
         let (ms, c) = measure(accum_of(v), true, &mut || gemm::launch(gpu, v, &sp, ptrs))?;
         Ok((row_name(v, split), ms, c))
     };
@@ -231,6 +251,7 @@ fn shape_rows(
         rows.push(row(out, (name, label), (&p).into(), (ms, cublas_ms), &c)?);
         Ok::<_, anyhow::Error>(())
     };
+    let mut launched: Vec<Launched> = Vec::new();
     for &v in &bench.versions {
         if matches!(v, Version::Simt(_)) && p.m.max(p.n).max(p.k) > bench.simt_max {
             continue;
@@ -240,9 +261,11 @@ fn shape_rows(
             continue;
         }
         push(rows, out, run(v, 1)?)?;
+        launched.push((rows.len() - 1, (v, 1)));
         if matches!(v, Version::Tensor(c, _) if !c.is_wgmma()) {
             for &split in &bench.splits {
                 push(rows, out, run(v, split)?)?;
+                launched.push((rows.len() - 1, (v, split)));
             }
         }
     }
@@ -257,9 +280,59 @@ fn shape_rows(
     let name = row_name(v, split);
     if !rows.iter().any(|r| r.shape == *label && r.version == name) {
         push(rows, out, run(v, split)?)?;
+        launched.push((rows.len() - 1, (v, split)));
     }
     writeln!(out, "# {label}: the host's choice is {name}")?;
     mark_chosen(rows, label, &name);
+    if bench.alternate {
+        retime_close((gpu, bench, &ops), (label, rows, &launched), prepare, out)?;
+    }
+    Ok(())
+}
+
+/// A launched row: its index in the table's rows, with the version and K split it ran.
+type Launched = (usize, (Version, usize));
+
+/// `--tune`: the shape's close tile rows (`tune::close_rows` of `launched`) timed again in
+/// alternation with cuBLAS's fp16 row, each launched with what `prepare` gives it; those rows
+/// take the medians.
+fn retime_close(
+    (gpu, bench, ops): (&Gpu, &Bench, &Operands),
+    (label, rows, launched): (&str, &mut [Row], &[Launched]),
+    prepare: impl Fn(Version, usize) -> Result<(Problem, Ptrs, CudaSlice<f32>)>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let close = tune::close_rows(rows, launched);
+    let Some(cublas) = rows
+        .iter()
+        .position(|r| r.shape == label && r.version == "cublas_f16")
+    else {
+        return Ok(());
+    };
+    if close.is_empty() {
+        return Ok(());
+    }
+    // cuBLAS last in each round: `close.len()`.
+    let times = tune::alternate(close.len() + 1, |j| match close.get(j) {
+        Some(&(_, (v, split))) => {
+            let (sp, ptrs, _ws) = prepare(v, split)?;
+            time_ms(gpu, bench.budget_ms, || gemm::launch(gpu, v, &sp, ptrs))
+        }
+        None => time_ms(gpu, bench.budget_ms, || {
+            ops.cublas(gpu, &bench.blas, Accum::F16)
+        }),
+    })?;
+    let cublas_ms = times[close.len()];
+    tune::retimed(&mut rows[cublas], cublas_ms, cublas_ms);
+    for (&(i, _), &ms) in close.iter().zip(&times) {
+        tune::retimed(&mut rows[i], ms, cublas_ms);
+        let r = &rows[i];
+        writeln!(
+            out,
+            "# {label}: {} timed again in alternation: {:.4} ms, {:.0}% of cuBLAS ({cublas_ms:.4} ms)",
+            r.version, r.ms, r.vs_cublas
+        )?;
+    }
     Ok(())
 }
 
@@ -318,6 +391,7 @@ fn row(
         max_err: c.max_err,
         ok: c.failures == 0,
         chosen: false,
+        alternated: false,
     };
     writeln!(
         out,
