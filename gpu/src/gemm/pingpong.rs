@@ -25,7 +25,9 @@
 //! ([`TileConfig::smem_bytes`](super::TileConfig::smem_bytes)).
 use super::accumulator::Accumulator;
 use super::descriptor::{BK, C_BOX_BYTES, MAP_BYTES, WGMMA_M};
-use super::staging::{EPILOGUE_BARRIER, staged, step_staged, store_pairs, store_staged_epilogue};
+use super::staging::{
+    EPILOGUE_BARRIER, staged, step_staged, store_pairs, store_staged_epilogue, wgmma_layouts,
+};
 use super::warpgroup::{Atom, Ring, k_step, load_operand, release};
 use super::{Args, PING_PONG_REGISTERS};
 use crate::arch::*;
@@ -281,17 +283,10 @@ macro_rules! export_ping_pong {
     };
     (@sm $other:tt, $($row:tt)*) => {};
     (@acc f16, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
-        export_ping_pong!(@layouts "_f16", [u32; $bn / 4], ($name, $bm, $bn, $st));
+        wgmma_layouts!(export_ping_pong, "_f16", [u32; $bn / 4], ($name, $bm, $bn, $st));
     };
     (@acc f32, ($name:ident, $bm:expr, $bn:expr, $st:expr)) => {
-        export_ping_pong!(@layouts "_f32", [f32; $bn / 2], ($name, $bm, $bn, $st));
-    };
-    // Per layout, whether A and B are stored MN-major, as the warpgroup rungs take them.
-    (@layouts $acc_suffix:literal, $acc:ty, $row:tt) => {
-        export_ping_pong!(@one ("_nn", $acc_suffix, ""), $acc, (false, true, false), $row);
-        export_ping_pong!(@one ("_nt", $acc_suffix, ""), $acc, (false, false, false), $row);
-        export_ping_pong!(@one ("_tn", $acc_suffix, ""), $acc, (true, true, false), $row);
-        export_ping_pong!(@one ("_tn", $acc_suffix, "_step"), $acc, (true, true, true), $row);
+        wgmma_layouts!(export_ping_pong, "_f32", [f32; $bn / 2], ($name, $bm, $bn, $st));
     };
     (@one ($layout:literal, $acc_suffix:literal, $step:literal), $acc:ty,
      ($a_mn:literal, $b_mn:literal, $step_kernel:literal),

@@ -10,6 +10,20 @@ use super::simt::store_pair;
 use super::{Args, SGD_DEEP};
 use crate::arch::*;
 
+/// The kernels each `wgmma` rung exports for a row and accumulator: per layout, whether A and B
+/// are stored MN-major (NN stores B as `[K][N]`, NT neither, TN both), then TN's SGD step
+/// kernel. Expands to `$then!(@one (layout, accumulator suffix, step suffix), $acc, (a_mn, b_mn,
+/// step), $row)` for each.
+macro_rules! wgmma_layouts {
+    ($then:ident, $acc_suffix:literal, $acc:ty, $row:tt) => {
+        $then!(@one ("_nn", $acc_suffix, ""), $acc, (false, true, false), $row);
+        $then!(@one ("_nt", $acc_suffix, ""), $acc, (false, false, false), $row);
+        $then!(@one ("_tn", $acc_suffix, ""), $acc, (true, true, false), $row);
+        $then!(@one ("_tn", $acc_suffix, "_step"), $acc, (true, true, true), $row);
+    };
+}
+pub(super) use wgmma_layouts;
+
 /// [`store_staged`] of this epilogue: the plain product's rounding alone where [`plain`]
 /// holds, else the whole epilogue.
 #[inline(always)]

@@ -17,7 +17,7 @@ use super::Args;
 use super::accumulator::Accumulator;
 use super::descriptor::operand_descriptor;
 use super::descriptor::{ATOM_BYTES, BK, C_BOX_BYTES, MAP_BYTES, MN_CHUNK_BYTES, WGMMA_M};
-use super::staging::{staged, step_staged, store_pairs, store_staged_epilogue};
+use super::staging::{staged, step_staged, store_pairs, store_staged_epilogue, wgmma_layouts};
 use crate::arch::*;
 
 /// Dynamic shared memory typed by its alignment: the swizzle atoms must start 1024-aligned.
@@ -297,18 +297,10 @@ macro_rules! export_warpgroup {
     };
     (@sm $other:tt, $($row:tt)*) => {};
     (@acc f16, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
-        export_warpgroup!(@layouts "_f16", [u32; $bn / 4], ($name, $bm, $bn, $wm, $pipe));
+        wgmma_layouts!(export_warpgroup, "_f16", [u32; $bn / 4], ($name, $bm, $bn, $wm, $pipe));
     };
     (@acc f32, ($name:ident, $bm:expr, $bn:expr, $wm:expr, $pipe:tt)) => {
-        export_warpgroup!(@layouts "_f32", [f32; $bn / 2], ($name, $bm, $bn, $wm, $pipe));
-    };
-    // Per layout, whether A and B are stored MN-major: NN stores B as [K][N], NT neither, TN
-    // both. `pipe`: stages and cluster.
-    (@layouts $acc_suffix:literal, $acc:ty, $row:tt) => {
-        export_warpgroup!(@one ("_nn", $acc_suffix, ""), $acc, (false, true, false), $row);
-        export_warpgroup!(@one ("_nt", $acc_suffix, ""), $acc, (false, false, false), $row);
-        export_warpgroup!(@one ("_tn", $acc_suffix, ""), $acc, (true, true, false), $row);
-        export_warpgroup!(@one ("_tn", $acc_suffix, "_step"), $acc, (true, true, true), $row);
+        wgmma_layouts!(export_warpgroup, "_f32", [f32; $bn / 2], ($name, $bm, $bn, $wm, $pipe));
     };
     (@one ($layout:literal, $acc_suffix:literal, $step:literal), $acc:ty,
      ($a_mn:literal, $b_mn:literal, $step_kernel:literal),

@@ -46,7 +46,7 @@ impl Version {
     /// ([`Version::takes_sgd_step`]), the others' a branch of the one kernel.
     pub fn kernel_for(&self, layout: Layout, steps: bool) -> String {
         match *self {
-            Version::Tensor(c, acc) if steps && c.is_wgmma() && layout == WGMMA_STEP_LAYOUT => {
+            Version::Tensor(c, acc) if steps && c.is_wgmma() && self.takes_sgd_step(layout) => {
                 wgmma_step_kernel(c, acc)
             }
             _ => self.kernel(layout),
