@@ -3,7 +3,7 @@
 use super::launchers::{bias_grad, sgd_update, softmax_ce};
 use super::layer::{self, Product, stride};
 use super::params::param_layout;
-use super::plans::{Plan, Plans, plan_gemms, steps_apart, weight_gradient_beside};
+use super::plans::{Plan, Plans, plan_gemms, weight_gradient_beside};
 use super::shape::StepShape;
 use crate::cuda::{Arena, Buf, Gpu, SideStream, grid_1d};
 use crate::gemm::{self, Problem, Ptrs, SgdStep, Version};
@@ -340,8 +340,8 @@ impl<'g> Mlp<'g> {
 
     /// Queues layer `l`'s weight gradient `dW = dᵀ · input` (M = out, N = in, K = rows), or
     /// with `step` its SGD step, on `on`: a stream and its split-K workspace. The step is in the
-    /// GEMM's epilogue where its version takes one and it does not run apart ([`steps_apart`]),
-    /// else an `sgd_update` after it on `on`.
+    /// GEMM's epilogue where its plan says so ([`Plan::steps`]), else an `sgd_update` after it
+    /// on `on`.
     fn weight_gradient(
         &self,
         on: (&CudaStream, u64),
@@ -352,9 +352,7 @@ impl<'g> Mlp<'g> {
     ) -> Result<()> {
         let w = self.offsets[l].0;
         let plan = self.plan(Product::WeightGradient, l, rows);
-        let layout = Product::WeightGradient.layout();
-        let fused = step
-            .filter(|_| plan.version.takes_sgd_step(layout) && !steps_apart(plan.version, rows));
+        let fused = step.filter(|_| plan.steps);
         let (c, sgd) = self.gradient_of(w, fused);
         let ptrs = Ptrs {
             a: self.grads[l].ptr,

@@ -18,6 +18,9 @@ pub(super) fn weight_gradient_beside(l: usize) -> bool {
 pub struct Plan {
     pub version: Version,
     pub split_k: usize,
+    /// The product takes the training step's SGD step in its epilogue: a weight gradient's,
+    /// where its version takes one and the step does not run apart ([`gradient_plan`]).
+    pub steps: bool,
 }
 
 /// How every GEMM of the model runs: per layer and [`Product`], for a training step's rows and
@@ -33,7 +36,7 @@ const SEPARATE_STEP_MIN_K: usize = 1024;
 
 /// Whether a weight gradient of depth `k` on `version` takes its SGD step apart, in an
 /// `sgd_update` after the product ([`SEPARATE_STEP_MIN_K`]).
-pub(super) fn steps_apart(version: Version, k: usize) -> bool {
+fn steps_apart(version: Version, k: usize) -> bool {
     matches!(version, Version::Tensor(c, _) if c.is_wgmma()) && k >= SEPARATE_STEP_MIN_K
 }
 
@@ -74,10 +77,16 @@ pub(super) fn plan_gemms(
             Some(version) => Plan {
                 version,
                 split_k: 1,
+                steps: usage.steps && version.takes_sgd_step(p.layout),
             },
             None => {
                 let (version, split_k) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, acc)?;
-                Plan { version, split_k }
+                let steps = usage.steps && version.takes_sgd_step(p.layout);
+                Plan {
+                    version,
+                    split_k,
+                    steps,
+                }
             }
         })
     };
@@ -147,6 +156,7 @@ mod tests {
                 Ok(Plan {
                     version: version(!u.steps && wgmma_apart),
                     split_k: 1,
+                    steps: u.steps,
                 })
             }
         };
@@ -155,9 +165,12 @@ mod tests {
             ..Usage::default()
         };
         let dw = |k| Problem::new(4096, 784, k, Layout::TN);
-        let chosen = |k, usage, wgmma_apart| {
+        let chosen = |k, usage: Usage, wgmma_apart| {
             let p = gradient_plan(&dw(k), usage, plan(wgmma_apart)).unwrap();
-            matches!(p.version, Version::Tensor(c, _) if c.is_wgmma())
+            let wgmma = matches!(p.version, Version::Tensor(c, _) if c.is_wgmma());
+            // The step is in the epilogue exactly where it does not run apart.
+            assert_eq!(p.steps, usage.steps && !wgmma, "{k}");
+            wgmma
         };
         assert!(chosen(SEPARATE_STEP_MIN_K, steps, true));
         assert!(!chosen(SEPARATE_STEP_MIN_K / 2, steps, true));
