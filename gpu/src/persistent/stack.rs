@@ -10,7 +10,8 @@ use crate::arch::opaque;
 
 /// Runs `$body` once for each layer `$l` of the list, in its order, with `$l` a literal: the
 /// per-layer arrays it indexes stay in registers, which a loop the optimiser might keep would
-/// put in local memory.
+/// put in local memory. The price is a copy of the body a layer: with four layers the step's
+/// code no longer fits the instruction cache (`docs/deeper.md`, "Cost").
 macro_rules! each {
     ($l:ident in [$($v:literal),*] $body:block) => {
         $({

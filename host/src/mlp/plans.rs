@@ -73,21 +73,14 @@ pub(super) fn plan_gemms(
     config: Option<Version>,
 ) -> Result<(Plans, [usize; 2])> {
     let plan = |p: &Problem, usage: Usage| -> Result<Plan> {
-        Ok(match config {
-            Some(version) => Plan {
-                version,
-                split_k: 1,
-                steps: usage.steps && version.takes_sgd_step(p.layout),
-            },
-            None => {
-                let (version, split_k) = gemm::choose_version(gpu, (p.m, p.n, p.k), usage, acc)?;
-                let steps = usage.steps && version.takes_sgd_step(p.layout);
-                Plan {
-                    version,
-                    split_k,
-                    steps,
-                }
-            }
+        let (version, split_k) = match config {
+            Some(version) => (version, 1),
+            None => gemm::choose_version(gpu, (p.m, p.n, p.k), usage, acc)?,
+        };
+        Ok(Plan {
+            version,
+            split_k,
+            steps: usage.steps && version.takes_sgd_step(p.layout),
         })
     };
     let mut plans: Plans = [Vec::new(), Vec::new()];
