@@ -25,8 +25,8 @@ docs/results/NAME/ and write docs/RESULTS.md with
 Refuses an existing OUT_DIR unless --force, or --resume: then the steps whose results are
 already there are kept (a report cut short by a time limit is finished by running it again;
 each step takes less than 10 minutes, so two commands of 10 minutes finish it, the second with
---resume). Takes about 14 to 16 minutes on an H100 or H200: the GEMM table, the width sweep
-(about 4 minutes), the MNIST step (about 3, most of it torch.compile's autotuning) and the deeper
+--resume). Takes about 17 minutes on an H200: the GEMM table (about 3 minutes), the width sweep
+(about 4), the MNIST step (about 2.5, most of it torch.compile's autotuning) and the deeper
 models (about 2) take most of it; the layered step's eight runs and JAX's at three batches add a
 few minutes, the host's GEMM choice on each architecture path about one.
 """
@@ -466,8 +466,8 @@ def step_init():
 
 
 def step_plots():
-    r = subprocess.run([py, "bench/plot.py", out], capture_output=True, text=True)
-    (out / "plots.log").write_text(r.stdout + r.stderr)
+    fresh("plots.log")
+    run_logged([py, "bench/plot.py", out], "plots.log")
 
 
 # The steps that measure peak memory: the model, and the log where the step leaves the host's

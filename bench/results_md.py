@@ -312,7 +312,9 @@ if ag:
     cell = {(r["path"], r["shape"]): r for r in ag}
     md.append("## GEMM by architecture path\n")
     md.append("`host gemm --choice` with each path's `--ptx` and `--max-smem-kb`: the configuration the host picks there for "
-              "each size and its speed as % of cuBLAS with fp16 compute, on this GPU (so the older paths' figures are this GPU's, not the older GPU's).\n")
+              "each size and its speed as % of cuBLAS with fp16 compute, on this GPU (so the older paths' figures are this GPU's, not the older GPU's). "
+              "Each row is timed for 50 ms, cuBLAS's first; the GEMM table below times longer and is the steadier comparison at "
+              "the large squares.\n")
     md.append("| shape | " + " | ".join(paths) + " |")
     md.append("| --- " * (len(paths) + 1) + "|")
     for s in dict.fromkeys(r["shape"] for r in ag):
@@ -458,7 +460,7 @@ if g:
     roof = [l for l in (d / "gemm.log").read_text().splitlines() if l.startswith("roof:")] if (d / "gemm.log").exists() else []
     if roof:
         md.append("\nThe roof: `mma.sync` alone, operands in registers, no memory traffic (`host gemm` prints it first; no `mma.sync` GEMM can exceed it). "
-                  "It draws far less power than a GEMM: on the H100 the large squares above, cuBLAS's included, run at the board's power cap "
+                  "It draws far less power than a GEMM: on an H100 the large squares, cuBLAS's included, run at the board's power cap "
                   "and a lower clock than the roof (`bench/gemm_power.py` measures both; `docs/gemm.md`, \"Clock and power\"):\n")
         md += [f"- {l[len('roof: '):]}" for l in roof]
     md.append("\nThe full table (every version and configuration, errors against the CPU reference) is `gemm.csv`; the study is `docs/gemm.md`.\n")
