@@ -306,6 +306,12 @@ if am:
               "driver's JIT (its ptxas for sm_90) compiles that PTX, and a row shows the older ISA's instruction mix on sm_90 "
               "hardware, not the older chip's timing.\n")
 
+def arch_gemm_ms():
+    """The time a row of the GEMM-by-architecture table ran, from its log's first command."""
+    m = re.search(r"--time-ms (\d+)", (d / "arch_gemm.log").read_text()) if (d / "arch_gemm.log").exists() else None
+    return m.group(1) if m else "?"
+
+
 ag = rows("arch_gemm.csv")
 if ag:
     paths = list(dict.fromkeys(r["path"] for r in ag))
@@ -313,8 +319,8 @@ if ag:
     md.append("## GEMM by architecture path\n")
     md.append("`host gemm --choice` with each path's `--ptx` and `--max-smem-kb`: the configuration the host picks there for "
               "each size and its speed as % of cuBLAS with fp16 compute, on this GPU (so the older paths' figures are this GPU's, not the older GPU's). "
-              "Each row is timed for 50 ms, cuBLAS's first; the GEMM table below times longer and is the steadier comparison at "
-              "the large squares.\n")
+              f"Each row is timed for {arch_gemm_ms()} ms, cuBLAS's first; the GEMM table below times longer and is the "
+              "steadier comparison at the large squares.\n")
     md.append("| shape | " + " | ".join(paths) + " |")
     md.append("| --- " * (len(paths) + 1) + "|")
     for s in dict.fromkeys(r["shape"] for r in ag):
