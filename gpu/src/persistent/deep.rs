@@ -60,6 +60,8 @@ pub const fn widths_of<const L: usize>(args: &Params) -> Widths {
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
     pub layers: [Smem; MAX_LAYERS],
+    /// Where each layer's region starts (the first's at 0).
+    pub starts: [usize; MAX_LAYERS],
     pub cols: usize,
     pub bytes: usize,
 }
@@ -69,9 +71,11 @@ impl Plan {
     pub const fn of(batch: usize, layers: usize, widths: Widths, parts: usize) -> Plan {
         let first = Smem::whole(batch, widths[0], 1, parts, false);
         let mut plan = [first; MAX_LAYERS];
+        let mut starts = [0; MAX_LAYERS];
         let (mut end, mut widest, mut l) = (first.bytes, 0, 1);
         while l < layers {
             let at = end.next_multiple_of(128);
+            starts[l] = at;
             plan[l] = Smem::inner(batch, widths[l], parts).placed(at, first.partials);
             end = plan[l].bytes;
             if widths[l + 1] > widest {
@@ -82,6 +86,7 @@ impl Plan {
         let cols = end.next_multiple_of(16);
         Plan {
             layers: plan,
+            starts,
             cols,
             bytes: cols + UNITS * cols_row(widest),
         }
@@ -256,6 +261,11 @@ mod tests {
                 assert_eq!(lay.stride, row_stride(sizes[l]));
             }
             assert!(p.layers[layers - 1].bytes <= p.cols && p.cols.is_multiple_of(16));
+            // What a phase redoes for a run-time layer: the same region in the same place.
+            for l in 1..layers {
+                let lay = Smem::inner(128, sizes[l], PAIR).placed(p.starts[l], first.partials);
+                assert_eq!((lay.x, lay.bytes), (p.layers[l].x, p.layers[l].bytes));
+            }
             assert_eq!(p.bytes, bytes, "{hidden:?}");
             assert!(p.bytes <= HOPPER_SMEM, "{hidden:?}");
         }

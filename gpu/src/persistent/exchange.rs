@@ -154,6 +154,7 @@ pub fn parts_loss(b: &Block, parts: usize) -> (f32, f32) {
 }
 
 /// Where this block's shares go.
+#[derive(Clone, Copy)]
 pub struct Outbox {
     /// Whether they go to the partner in the cluster ([`in_cluster`]).
     cluster: bool,

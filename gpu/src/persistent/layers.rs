@@ -1,14 +1,20 @@
 //! The step loop of every row but `offchip`: a model of `L` hidden layers, one to
 //! [`MAX_LAYERS`]. The first layer's phases are the one-layer step's (the module's
 //! description in `mod.rs`); with more, each later layer's owners run the same phases on
-//! their n-tile, with the gathers between layers that `deep.rs` lays out. Per-layer values
-//! live in arrays indexed by constants (`each!`), so each layer's W state stays in registers:
-//! the first layer's sized for the batch's inputs, a later one's for `K` input tiles a warp.
+//! their n-tile, with the gathers between layers that `deep.rs` lays out. A later layer's
+//! phases run through `each_later!`: a copy a layer below four layers, and from four one loop
+//! over the layers, one copy of code for every layer, which keeps a four-layer step within the
+//! instruction cache. In the loop a phase redoes its layer's block from the parameters, and
+//! takes its layer's H fragments and shares from arrays by a select per element (`pick`).
+//! The update, which steps each layer's W state in registers, is a copy a layer at every depth
+//! (`each!`): the first layer's W sized for the batch's inputs, a later one's for `K` input
+//! tiles a warp.
 use super::between::{copy_labels, input_grad, publish_ws};
 use super::context::{Block, Step};
 use super::exchange::{self, Outbox};
 use super::fetch::Copies;
-use super::stack::{Shared, Weights, blocks, each, final_blocks, owner, step_blocks};
+use super::stack::{Shared, Weights, blocks, each, each_later, final_blocks};
+use super::stack::{later_at, owner, step_blocks};
 use super::stream::Ring;
 use super::trace::Trace;
 use super::weights::W1;
@@ -196,18 +202,21 @@ fn later_layers<
     let last = forwards::<A, F, P, T, N, O, L, K>((bs, ss), ring, &mut h, (shared, later), t);
     let (mut shares, first) = backwards::<A, F, P, T, N, O, L, K>((bs, ss), ring, &h, shared, t);
     shares[L - 1] = last;
-    each!(l in [3, 2, 1] {
-        if l < L {
-            if let Some((dw, db, out)) = shares[l].take() {
-                let (b, s) = (&bs[l], &ss[l]);
-                let sums = exchange::receive::<A, P, N, O, K>(b, s, (&dw, db), &mut *refill);
-                if l == L - 1 {
-                    softmax::record_loss::<F>(b, s);
-                }
-                update::sgd_step(b, s, &mut later[l - 1], &sums, &out);
+    each_later!(l in 1..L, down: true, {
+        if let Some((dw, db, out)) = pick(&shares, l) {
+            let (b, s) = &later_at::<F, L>((bs, ss), l);
+            let sums = exchange::receive::<A, P, N, O, K>(b, s, (&dw, db), &mut *refill);
+            if l == L - 1 {
+                softmax::record_loss::<F>(b, s);
             }
-            t.mark();
+            // The W state in registers, a copy of the update a layer.
+            each!(j in [1, 2, 3] {
+                if j < L && l == j {
+                    update::sgd_step(b, s, &mut later[j - 1], &sums, &out);
+                }
+            });
         }
+        t.mark();
     });
     first
 }
@@ -235,32 +244,35 @@ fn forwards<
 ) -> Option<Shares<A, O, K>> {
     let k = ss[0].k;
     let mut last = None;
-    each!(l in [1, 2, 3] {
-        if l < L {
-            let (b, s) = (&bs[l], &ss[l]);
-            if owner(b) {
-                shared.input(l).gather(b, (s.x, b.lay.stride), k);
-                if l == L - 1 {
-                    copy_labels((&bs[0], &ss[0]), (b, s));
-                }
-                sync_threads();
-                t.mark();
-                h[l] = forward::hidden::<A, F, T, N, O, K>(b, s, ring, &w[l - 1]);
-                if l < L - 1 {
-                    sync_threads();
-                    shared.input(l + 1).publish(b, b.h(0), b.j0, k);
-                    t.mark();
-                } else {
-                    let below = Some((shared, l));
-                    last = Some(last_layer::<A, F, P, T, N, O, K>((b, s), &h[l], ring, t, below));
-                }
-            } else if l < L - 1 {
-                t.skip(2);
-            } else {
-                t.skip(2);
-                logits::exchange(b, s);
-                t.skip(3);
+    each_later!(l in 1..L, down: false, {
+        let (b, s) = &later_at::<F, L>((bs, ss), l);
+        if owner(b) {
+            shared.input(l).gather(b, (s.x, b.lay.stride), k);
+            if l == L - 1 {
+                copy_labels((&bs[0], &ss[0]), (b, s));
             }
+            sync_threads();
+            t.mark();
+            // An engine row keeps W's fp16 copy in shared memory, so the forward reads no
+            // register of the W state it is given.
+            let hl = forward::hidden::<A, F, T, N, O, K>(b, s, ring, &w[0]);
+            if l < L - 1 {
+                // The layer above takes the ReLU's backward through it; the last layer's
+                // fragments go straight to its gradients.
+                put(h, l, hl);
+                sync_threads();
+                shared.input(l + 1).publish(b, b.h(0), b.j0, k);
+                t.mark();
+            } else {
+                let below = Some((shared, l));
+                last = Some(last_layer::<A, F, P, T, N, O, K>((b, s), &hl, ring, t, below));
+            }
+        } else if l < L - 1 {
+            t.skip(2);
+        } else {
+            t.skip(2);
+            logits::exchange(b, s);
+            t.skip(3);
         }
     });
     last
@@ -291,22 +303,26 @@ fn backwards<
     [Option<Shares<A, O, K>>; MAX_LAYERS],
     Shares<A, O, TILES_PER_WARP>,
 ) {
-    let mut shares = [const { None }; MAX_LAYERS];
-    each!(l in [3, 2, 1] {
-        if l < L {
-            let below = &bs[l - 1];
-            if owner(below) {
-                input_grad(below, (&bs[l], &ss[l]), &h[l - 1], shared, l);
+    let mut shares = [None; MAX_LAYERS];
+    each_later!(l in 1..L, down: true, {
+        let k = ss[0].k;
+        let (below, s) = &if l == 1 {
+            (bs[0], ss[0])
+        } else {
+            later_at::<F, L>((bs, ss), l - 1)
+        };
+        if owner(below) {
+            let above = &later_at::<F, L>((bs, ss), l);
+            input_grad(below, (&above.0, &above.1), &pick(h, l - 1), shared, l);
+            t.mark();
+            if l > 1 {
+                shared.grad(l - 1).publish(below, below.dh(0), below.j0, k);
+                let mine = layer_shares::<A, F, P, T, N, O, K>(below, s, ring);
+                put(&mut shares, l - 1, Some(mine));
                 t.mark();
-                if l > 1 {
-                    shared.grad(l - 1).publish(below, below.dh(0), below.j0, ss[0].k);
-                    let s = &ss[l - 1];
-                    shares[l - 1] = Some(layer_shares::<A, F, P, T, N, O, K>(below, s, ring));
-                    t.mark();
-                }
-            } else {
-                t.skip(if l > 1 { 2 } else { 1 });
             }
+        } else {
+            t.skip(if l > 1 { 2 } else { 1 });
         }
     });
     let first = layer_shares::<A, F, P, T, N, O, TILES_PER_WARP>(&bs[0], &ss[0], ring);

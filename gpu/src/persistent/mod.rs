@@ -268,6 +268,8 @@ mod deep;
 pub use deep::*;
 mod flagged;
 pub use flagged::plane_words;
+mod select;
+pub use select::{pick, put};
 mod smem;
 pub use smem::*;
 mod variant;

@@ -10,8 +10,8 @@ use crate::arch::opaque;
 
 /// Runs `$body` once for each layer `$l` of the list, in its order, with `$l` a literal: the
 /// per-layer arrays it indexes stay in registers, which a loop the optimiser might keep would
-/// put in local memory. The price is a copy of the body a layer: with four layers the step's
-/// code no longer fits the instruction cache (`docs/deeper.md`, "Cost").
+/// put in local memory. The price is a copy of the body a layer, so from [`LOOP_FROM`] layers
+/// the step's phases loop over the later layers instead ([`each_later!`]).
 macro_rules! each {
     ($l:ident in [$($v:literal),*] $body:block) => {
         $({
@@ -22,6 +22,38 @@ macro_rules! each {
 }
 pub(super) use each;
 const _: () = assert!(MAX_LAYERS == 4, "each! lists the layers 0..4");
+
+/// The depth from which a later layer's phases run as one loop ([`each_later!`]) rather than
+/// as a copy a layer. Three layers' copies (182 KB of sm_90a SASS) still run from the
+/// instruction cache and beat the loop, which redoes its layer's block in every phase; four
+/// layers' (226 KB) refetch from L2 every step (`docs/deeper.md`, "Cost").
+pub const LOOP_FROM: usize = 4;
+
+/// Runs `$body` for each later layer `$l` in `1..$L`, from the top down where `$down`. Below
+/// [`LOOP_FROM`] layers it is a copy a layer with `$l` a constant, as [`each!`] is; from there
+/// a loop the optimiser cannot unroll (each index passes through [`opaque`]), one copy of code
+/// for every layer. A macro, not a function taking a closure: the per-layer arrays the body
+/// reads by [`pick`] must stay in the caller's registers.
+macro_rules! each_later {
+    ($l:ident in 1..$L:ident, down: $down:expr, $body:block) => {{
+        if $L < $crate::persistent::stack::LOOP_FROM {
+            $crate::persistent::stack::each!(j in [1, 2, 3] {
+                if j < $L {
+                    let $l: usize = if $down { $L - j } else { j };
+                    $body
+                }
+            });
+        } else {
+            let mut i = 1;
+            while i < $L {
+                let $l = crate::arch::opaque(if $down { $L - i } else { i } as u32) as usize;
+                $body
+                i = crate::arch::opaque(i as u32 + 1) as usize;
+            }
+        }
+    }};
+}
+pub(super) use each_later;
 
 /// What the blocks share in global memory ([`Scratch`] from [`Params::scratch`], the
 /// meetings' counters from [`meetings_at`]) and where the block stages W's columns. With one
@@ -62,8 +94,8 @@ impl Shared {
         let counter = self
             .meetings
             .wrapping_add(meeting_counter(2 * (l - 1), self.part));
-        let at = self.base.wrapping_add(self.at.h[l - 1]);
-        Plane::new(at, self.widths[l], self.flagged, counter)
+        let at = self.base.wrapping_add(pick(&self.at.h, l - 1));
+        Plane::new(at, pick(&self.widths, l), self.flagged, counter)
     }
     /// The gradient of layer `l`'s output (past the first), which its owners publish.
     #[inline(always)]
@@ -71,16 +103,16 @@ impl Shared {
         let counter = self
             .meetings
             .wrapping_add(meeting_counter(2 * (l - 1) + 1, self.part));
-        let at = self.base.wrapping_add(self.at.dz[l - 1]);
-        Plane::new(at, self.widths[l + 1], self.flagged, counter)
+        let at = self.base.wrapping_add(pick(&self.at.dz, l - 1));
+        Plane::new(at, pick(&self.widths, l + 1), self.flagged, counter)
     }
     /// The fp16 copy of layer `l`'s W that step `k` reads: the copies follow each other, so
     /// the step picks one by arithmetic (an index by the step would put the scratch's offsets
     /// in local memory).
     #[inline(always)]
     pub fn w(&self, l: usize, k: u32) -> *mut u16 {
-        let copy = self.at.w[l - 1][1] - self.at.w[l - 1][0];
-        let at = self.at.w[l - 1][0] + (k as usize % 2) * copy;
+        let [w0, w1] = pick(&self.at.w, l - 1);
+        let at = w0 + (k as usize % 2) * (w1 - w0);
         self.base.wrapping_add(at) as *mut u16
     }
 }
@@ -114,7 +146,7 @@ pub fn blocks<F: Row, const L: usize>(args: Params, first: Block) -> [Block; L] 
         let plan = Plan::of(batch, L, widths, F::V.parts);
         each!(l in [1, 2, 3] {
             if l < L {
-                bs[l] = later_block::<F>(args, l, plan.layers[l]);
+                bs[l] = later_block::<F>(args, args.layer(l), plan.layers[l]);
             }
         });
     }
@@ -136,14 +168,54 @@ fn opaque_blocks<F: Row, const L: usize>(args: Params) -> ([Block; L], Shared) {
 /// Layer `l`'s block (past the first), laid out as `lay`: its units are the n-tile of the
 /// slice (for a shadow, of slice `s mod slices`, whose weights it loads and never uses).
 #[inline(always)]
-fn later_block<F: Row>(args: Params, l: usize, lay: Smem) -> Block {
-    let b = Block::new::<F>(args, args.layer(l));
-    let slices = args.widths[l + 1] / UNITS as u32;
+fn later_block<F: Row>(args: Params, layer: Layer, lay: Smem) -> Block {
+    let b = Block::new::<F>(args, layer);
+    let slices = layer.hidden / UNITS as u32;
     Block {
         lay,
         j0: b.slice % slices * UNITS as u32,
         ..b
     }
+}
+
+/// Layer `l` of `args` for a run-time `l`, as [`Params::layer`] gives it for a constant one.
+#[inline(always)]
+fn layer_at(args: &Params, l: usize) -> Layer {
+    Layer {
+        index: l as u32,
+        dim: pick(&args.widths, l),
+        hidden: pick(&args.widths, l + 1),
+        classes: if l + 1 == args.layers as usize {
+            pick(&args.widths, l + 2)
+        } else {
+            0
+        },
+        o_w1: pick(&args.o_w, l),
+        o_b1: pick(&args.o_b, l),
+        o_w2: pick(&args.o_w, l + 1),
+        o_b2: pick(&args.o_b, l + 1),
+    }
+}
+
+/// Layer `l`'s block and step (past the first) as a later layer's phase sees them: below
+/// [`LOOP_FROM`] layers `l` is a constant and they are the step's own; in the loop they are
+/// redone from the parameters (widths the optimiser cannot see through) each time a phase
+/// needs them, since the step's array indexed at run time would live in local memory.
+#[inline(always)]
+pub fn later_at<F: Row, const L: usize>(
+    (bs, ss): (&[Block; L], &[Step; L]),
+    l: usize,
+) -> (Block, Step) {
+    if L < LOOP_FROM {
+        return (bs[l], ss[l]);
+    }
+    let args = opaque_widths(bs[0].args);
+    let (batch, widths) = (args.batch as usize, widths_of::<L>(&args));
+    let plan = Plan::of(batch, L, widths, F::V.parts);
+    let lay = Smem::inner(batch, pick(&widths, l), F::V.parts);
+    let lay = lay.placed(pick(&plan.starts, l), plan.layers[0].partials);
+    let b = later_block::<F>(args, layer_at(&args, l), lay).for_step();
+    (b, Step::new(&b, ss[0].k))
 }
 
 /// Step `k`'s blocks and steps of the `L` layers (as [`Block::for_step`] sees them), and what
