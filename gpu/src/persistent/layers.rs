@@ -3,12 +3,12 @@
 //! description in `mod.rs`); with more, each later layer's owners run the same phases on
 //! their n-tile, with the gathers between layers that `deep.rs` lays out. A later layer's
 //! phases run through `each_later!`: a copy a layer below four layers, and from four one loop
-//! over the layers, one copy of code for every layer, which keeps a four-layer step within the
-//! instruction cache. In the loop a phase redoes its layer's block from the parameters, and
-//! takes its layer's H fragments and shares from arrays by a select per element (`pick`).
-//! The update, which steps each layer's W state in registers, is a copy a layer at every depth
-//! (`each!`): the first layer's W sized for the batch's inputs, a later one's for `K` input
-//! tiles a warp.
+//! over the layers, one copy of code for every layer, which brings a four-layer step's code
+//! below three layers' copies (178 KB of sm_90a SASS against 183). In the loop a phase redoes
+//! its layer's block from the parameters, and takes its layer's H fragments and shares from
+//! arrays by a select per element (`pick`). A later layer's update, which steps its W state in
+//! registers, is a copy a layer at every depth (`each!`). The first layer's W state is sized
+//! for the batch's inputs, a later one's for `K` input tiles a warp.
 use super::between::{copy_labels, input_grad, publish_ws};
 use super::context::{Block, Step};
 use super::exchange::{self, Outbox};
@@ -253,8 +253,8 @@ fn forwards<
             }
             sync_threads();
             t.mark();
-            // An engine row keeps W's fp16 copy in shared memory, so the forward reads no
-            // register of the W state it is given.
+            // An engine row keeps W's fp16 copy in shared memory (`assert_engine_row`), so the
+            // forward reads no register of the W state it is given.
             let hl = forward::hidden::<A, F, T, N, O, K>(b, s, ring, &w[0]);
             if l < L - 1 {
                 // The layer above takes the ReLU's backward through it; the last layer's

@@ -26,6 +26,7 @@ macro_rules! each_index {
 #[inline(always)]
 pub fn pick<T: Copy, const M: usize>(a: &[T; M], i: usize) -> T {
     const { assert!(M >= 1 && M <= MOST) };
+    debug_assert!(i < M);
     let mut v = a[0];
     each_index!(j {
         if j > 0 && j < M && i == j {
@@ -39,6 +40,7 @@ pub fn pick<T: Copy, const M: usize>(a: &[T; M], i: usize) -> T {
 #[inline(always)]
 pub fn put<T: Copy, const M: usize>(a: &mut [T; M], i: usize, v: T) {
     const { assert!(M >= 1 && M <= MOST) };
+    debug_assert!(i < M);
     each_index!(j {
         if j < M && i == j {
             a[j.min(M - 1)] = v;
@@ -66,6 +68,7 @@ mod tests {
         }
         check::<1>();
         check::<2>();
+        check::<3>();
         check::<4>();
         check::<5>();
         check::<6>();

@@ -24,7 +24,7 @@ pub(super) use each;
 const _: () = assert!(MAX_LAYERS == 4, "each! lists the layers 0..4");
 
 /// The depth from which a later layer's phases run as one loop ([`each_later!`]) rather than
-/// as a copy a layer. Three layers' copies (182 KB of sm_90a SASS) still run from the
+/// as a copy a layer. Three layers' copies (183 KB of sm_90a SASS) still run from the
 /// instruction cache and beat the loop, which redoes its layer's block in every phase; four
 /// layers' (226 KB) refetch from L2 every step (`docs/deeper.md`, "Cost").
 pub const LOOP_FROM: usize = 4;
@@ -46,9 +46,9 @@ macro_rules! each_later {
         } else {
             let mut i = 1;
             while i < $L {
-                let $l = crate::arch::opaque(if $down { $L - i } else { i } as u32) as usize;
+                let $l = $crate::arch::opaque(if $down { $L - i } else { i } as u32) as usize;
                 $body
-                i = crate::arch::opaque(i as u32 + 1) as usize;
+                i = $crate::arch::opaque(i as u32 + 1) as usize;
             }
         }
     }};
