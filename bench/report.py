@@ -25,10 +25,11 @@ docs/results/NAME/ and write docs/RESULTS.md with
 Refuses an existing OUT_DIR unless --force, or --resume: then the steps whose results are
 already there are kept (a report cut short by a time limit is finished by running it again;
 each step takes less than 10 minutes, so two or three commands of 10 minutes finish it, each
-after the first with --resume). Takes about 17 minutes on an H200: the GEMM table (about 3 minutes), the width sweep
-(about 4), the MNIST step (about 2.5, most of it torch.compile's autotuning) and the deeper
-models (about 2) take most of it; the layered step's eight runs and JAX's at three batches add a
-few minutes, the host's GEMM choice on each architecture path about one.
+after the first with --resume). Takes about 17 minutes on an H200: the GEMM table (about 3
+minutes), the width sweep (about 4), the MNIST step (about 2.5, most of it torch.compile's
+autotuning) and the deeper models (about 2) take most of it; the layered step's eight runs and
+JAX's at three batches add a few minutes, the host's GEMM choice on each architecture path
+about one.
 """
 import argparse, csv, datetime, re, shlex, shutil, site, subprocess, sys, sysconfig, time
 from pathlib import Path
